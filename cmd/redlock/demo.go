@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redlock-go/redlock"
+)
+
+// timeline prints events with the time since the demo started.
+type timeline struct {
+	mu    sync.Mutex
+	out   io.Writer
+	start time.Time
+}
+
+func (t *timeline) say(who, format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.out, "%+8.1fms  %-9s %s\n", float64(time.Since(t.start).Microseconds())/1000, who, fmt.Sprintf(format, args...))
+}
+
+func (t *timeline) section(title string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.out, "\n== %s\n", title)
+}
+
+// demo runs the demonstration on n embedded nodes.
+func demo(out io.Writer, n int) error {
+	servers := make([]*miniredis.Miniredis, n)
+	urls := make([]string, n)
+	for i := range servers {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // TTLs run down with the clock, as in a real Redis
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("start embedded node: %w", err)
+		}
+		defer m.Close()
+		servers[i] = m
+		urls[i] = "redis://" + m.Addr()
+	}
+	client, err := redlock.Dial(urls, redlock.WithTTL(time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	tl := &timeline{out: out, start: time.Now()}
+	fmt.Fprintf(out, "redlock demo: %d embedded Redis nodes, majority %d, TTL 1s\n", n, n/2+1)
+
+	tl.section("1. four workers contend for the lock \"nightly-report\"")
+	if err := contend(client, tl, 4, 3); err != nil {
+		return err
+	}
+
+	if n >= 3 {
+		down := (n - 1) / 2
+		tl.section(fmt.Sprintf("2. %d of %d nodes killed: a majority is still up", down, n))
+		for i := 0; i < down; i++ {
+			servers[i].Close()
+			tl.say("chaos", "node %d (%s) killed", i+1, urls[i])
+		}
+		if err := contend(client, tl, 2, 2); err != nil {
+			return err
+		}
+		servers[down].Close()
+		tl.say("chaos", "node %d killed too: no majority left", down+1)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := client.Lock(ctx, "nightly-report")
+		cancel()
+		var qe *redlock.QuorumError
+		if errors.As(err, &qe) {
+			tl.say("worker-1", "refused: %d of %d nodes agreed, %d failed (need %d)", qe.Agreed, qe.Nodes, qe.Failed, qe.Need)
+		} else {
+			return fmt.Errorf("expected a refusal without a majority, got %v", err)
+		}
+		for i := 0; i <= down; i++ {
+			if err := servers[i].Restart(); err != nil {
+				return err
+			}
+			servers[i].FlushAll() // restarted empty
+		}
+		tl.say("chaos", "nodes restarted (empty)")
+	}
+
+	tl.section("3. a holder pauses past its lease")
+	ctx := context.Background()
+	a, err := client.Lock(ctx, "ledger", redlock.WithLockTTL(200*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	tl.say("worker-A", "acquired \"ledger\", valid for %v", time.Until(a.Until()).Round(time.Millisecond))
+	tl.say("worker-A", "stops the world (GC pause, VM stall) for 300ms ...")
+	time.Sleep(300 * time.Millisecond)
+	b, err := client.Lock(ctx, "ledger")
+	if err != nil {
+		return err
+	}
+	tl.say("worker-B", "acquired \"ledger\": A's lease ran out on the nodes")
+	tl.say("worker-A", "wakes up; its lease ended %v ago", time.Since(a.Until()).Round(time.Millisecond))
+	if err := a.Extend(ctx); errors.Is(err, redlock.ErrLockLost) {
+		tl.say("worker-A", "Extend: lock lost — A must not write")
+	} else {
+		return fmt.Errorf("expected ErrLockLost for the paused holder, got %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		return err
+	}
+	tl.say("worker-B", "released")
+	fmt.Fprintln(out, "\nA holder must check Until() before acting; fencing tokens make the resource itself refuse a late writer.")
+	return nil
+}
+
+// contend runs workers that each take the lock rounds times, hold it briefly and
+// release it, printing each step.
+func contend(client *redlock.Client, tl *timeline, workers, rounds int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	var inside sync.Mutex
+	for w := 1; w <= workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("worker-%d", w)
+			for r := 0; r < rounds; r++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				l, err := client.Lock(ctx, "nightly-report")
+				if err != nil {
+					cancel()
+					errs <- fmt.Errorf("%s: %w", who, err)
+					return
+				}
+				if !inside.TryLock() {
+					errs <- fmt.Errorf("%s: two holders at once", who)
+				}
+				tl.say(who, "acquired, valid for %v", time.Until(l.Until()).Round(time.Millisecond))
+				time.Sleep(5 * time.Millisecond) // the protected work
+				inside.Unlock()
+				err = l.Release(ctx)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("%s: release: %w", who, err)
+					return
+				}
+				tl.say(who, "released")
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(func() []error {
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return all
+	}()...)
+}

@@ -1,0 +1,97 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redlock-go/redlock"
+)
+
+// embeddedNodes starts n in-process Redis nodes for the examples; a real
+// deployment lists its own independent Redis instances.
+func embeddedNodes(n int) (urls []string, stop func()) {
+	var ms []*miniredis.Miniredis
+	for i := 0; i < n; i++ {
+		m, err := miniredis.Run()
+		if err != nil {
+			panic(err)
+		}
+		m.ClockTTL(true)
+		ms = append(ms, m)
+		urls = append(urls, "redis://"+m.Addr())
+	}
+	return urls, func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}
+}
+
+func Example() {
+	urls, stop := embeddedNodes(3)
+	defer stop()
+
+	client, err := redlock.Dial(urls, redlock.WithTTL(5*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lock, err := client.Lock(ctx, "nightly-report")
+	if err != nil {
+		fmt.Println("not acquired:", err)
+		return
+	}
+	defer lock.Release(context.Background())
+
+	// Check the lease before each protected action.
+	if time.Now().Before(lock.Until()) {
+		fmt.Println("holding", lock.Resource())
+	}
+	// Output: holding nightly-report
+}
+
+func ExampleClient_TryLock() {
+	urls, stop := embeddedNodes(3)
+	defer stop()
+	client, _ := redlock.Dial(urls)
+	defer client.Close()
+	ctx := context.Background()
+
+	first, _ := client.TryLock(ctx, "invoice-42")
+	_, err := client.TryLock(ctx, "invoice-42")
+	fmt.Println(errors.Is(err, redlock.ErrNotAcquired))
+
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		fmt.Printf("need %d of %d nodes\n", qe.Need, qe.Nodes)
+	}
+	_ = first.Release(ctx)
+	// Output:
+	// true
+	// need 2 of 3 nodes
+}
+
+func ExampleLock_Extend() {
+	urls, stop := embeddedNodes(1) // single-node mode: same API
+	defer stop()
+	client, _ := redlock.Dial(urls, redlock.WithTTL(time.Second))
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, _ := client.Lock(ctx, "long-job")
+	before := lock.Until()
+	if err := lock.Extend(ctx); err != nil {
+		fmt.Println("lost:", errors.Is(err, redlock.ErrLockLost))
+		return
+	}
+	fmt.Println(!lock.Until().Before(before))
+	_ = lock.Release(ctx)
+	// Output: true
+}

@@ -1,0 +1,42 @@
+// Package harness runs real redis-server nodes in Docker containers and
+// injects faults into them, for testing the redlock client against the
+// failures the Redlock algorithm has to survive: crashed and restarted nodes,
+// hung (paused) nodes, network partitions, wall-clock jumps and slow links.
+//
+// No registry is needed. On first use in a test binary the package builds a
+// FROM scratch image from the host's redis-server binary (looked up as
+// /usr/bin/redis-server, then on $PATH), every shared library ldd lists for
+// it, and a small LD_PRELOAD library (faketime.c, compiled with gcc) that can
+// shift the node's wall clock. The image is tagged
+// redlock-test-redis:<hash of its inputs>, so it is rebuilt only when an input
+// changes, and it is never pulled.
+//
+// A test starts a cluster with Start and drives the nodes through *Node:
+//
+//	c := harness.Start(t, 3, harness.WithClockJumps())
+//	conn, _ := redis.Dial("tcp", c.Node(0).Addr())
+//	require.NoError(t, c.Node(1).Kill())
+//	require.NoError(t, c.Node(1).Start())
+//	require.NoError(t, c.Node(2).SetClockOffset(time.Minute))
+//
+// Every cluster gets its own user-defined Docker network; containers publish
+// Redis on 127.0.0.1 only. Docker allocates a new host port whenever a
+// container is started again or reconnected to its network, so Node.Addr
+// changes after Start, Restart and Reconnect. Node.ProxyAddr is a host-side TCP
+// proxy in front of the node that keeps one address for the node's whole life
+// and can add latency (Node.SetLatency); point clients at it when they must
+// survive restarts without being reconfigured.
+//
+// Docker resources carry the label redlock.test=1 and are removed in
+// t.Cleanup. If a test binary is killed before its cleanups run, leftovers can
+// be found with
+//
+//	docker ps -a --filter label=redlock.test=1
+//	docker network ls --filter label=redlock.test=1
+//
+// When no Docker daemon answers (or redis-server or gcc is missing) Start
+// skips the test, unless REDLOCK_REQUIRE_DOCKER=1 is set, in which case it
+// fails it. Bind mounts (the data directory of WithAOF and the clock offset
+// directory of WithClockJumps) assume the daemon shares the test's file
+// system, i.e. a local daemon.
+package harness

@@ -1,0 +1,149 @@
+package redlock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/clock"
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
+)
+
+// Lock is a held lock. It is safe for concurrent use.
+type Lock struct {
+	c        *Client
+	resource string
+	key      string
+	fenceKey string
+	token    string
+	ttl      time.Duration
+	acquire  *quorum.Call[node.Acquired]
+
+	op sync.Mutex // serialises Extend and Release
+
+	mu       sync.Mutex
+	until    time.Time
+	released bool
+}
+
+// Resource returns the name of the locked resource.
+func (l *Lock) Resource() string { return l.resource }
+
+// TTL returns the lease requested from each node.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// Until returns the end of the lock's validity, already net of the drift
+// allowance. Past it, the holder must assume another client may hold the lock.
+// The value carries a monotonic clock reading: compare it with time.Now().
+func (l *Lock) Until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+func (l *Lock) setUntil(t time.Time) {
+	l.mu.Lock()
+	l.until = t
+	l.mu.Unlock()
+}
+
+// Extend renews the lease on every node that still holds it (compare-and-pexpire:
+// a node on which the key expired is never re-taken). On success Until moves to
+// the start of the call plus TTL minus drift. It fails with ErrLockLost when a
+// majority no longer holds the lock, and with ErrUnavailable when too few nodes
+// answered to tell; in that case Until is unchanged.
+func (l *Lock) Extend(ctx context.Context) error {
+	c := l.c
+	l.op.Lock()
+	defer l.op.Unlock()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return &QuorumError{Op: "extend", Resource: l.resource, Kind: ErrLockLost, Nodes: len(c.nodes),
+			Need: quorum.Majority(len(c.nodes)), Cause: errReleased}
+	}
+
+	start := c.cfg.clock.Now()
+	call := quorum.Start(ctx, len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, min(c.cfg.nodeTimeout, l.ttl))
+		defer cancel()
+		ok, err := c.nodes[i].Extend(ctx, l.key, l.token, l.ttl)
+		return struct{}{}, ok, err
+	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now})
+	o := call.Wait(ctx)
+	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
+	if o.Success && validity > 0 {
+		l.setUntil(start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor)))
+		c.log(ctx, slog.LevelDebug, "lock extended", l.key, l.token, "agreed", o.Yes)
+		return nil
+	}
+	kind := ErrUnavailable
+	if o.No > len(c.nodes)-o.Need || !c.cfg.clock.Now().Before(l.Until()) {
+		kind = ErrLockLost
+	}
+	qe := quorumError("extend", l.resource, kind, c.nodes, o)
+	if o.Success {
+		qe.Validity = validity
+	}
+	if !o.Decided {
+		qe.Cause = ctx.Err()
+	}
+	c.log(ctx, slog.LevelWarn, "lock not extended", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	return qe
+}
+
+// Release deletes the lock on every node (compare-and-delete, so a key that
+// another client took since is left alone), including nodes that refused or had
+// not answered the acquisition: a late acquisition is released as it lands. The
+// deletes run on a context the caller's cancellation cannot cut short; ctx bounds
+// only how long Release waits. It returns nil once a majority confirmed the
+// delete, an error wrapping ErrLockLost when a majority no longer held the lock
+// (it had expired: the protected work may not have been exclusive), and
+// ErrUnavailable when too few nodes answered. Releasing twice returns nil.
+func (l *Lock) Release(ctx context.Context) error {
+	c := l.c
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+
+	l.acquire.Abandon() // stragglers of the acquisition release themselves as they land
+	call := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+		defer cancel()
+		ok, err := c.nodes[i].Release(ctx, l.key, l.token)
+		return struct{}{}, ok, err
+	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now})
+	o := call.Wait(ctx)
+	l.setUntil(time.Time{})
+	if o.Success {
+		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
+		return nil
+	}
+	kind := ErrUnavailable
+	if o.No > len(c.nodes)-o.Need {
+		kind = ErrLockLost
+	}
+	qe := quorumError("release", l.resource, kind, c.nodes, o)
+	if !o.Decided {
+		qe.Cause = ctx.Err()
+	}
+	c.log(ctx, slog.LevelWarn, "lock release incomplete", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	return qe
+}

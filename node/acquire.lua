@@ -1,0 +1,11 @@
+-- Acquire: take the lock if it is free and report the node's fence counter.
+-- KEYS[1] lock key, KEYS[2] fence counter key (same hash slot)
+-- ARGV[1] owner token, ARGV[2] TTL in milliseconds
+-- Returns {1 or 0, counter as a decimal string ("0" when absent)}.
+-- The counter is read in the same atomic step as the SET, whether or not the SET
+-- succeeded, so that the client can compute a fencing token above every counter it saw.
+local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local f = redis.call('GET', KEYS[2])
+if not f then f = '0' end
+if ok then return {1, f} end
+return {0, f}

@@ -1,0 +1,192 @@
+package redlock
+
+import (
+	"log/slog"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/redlock-go/redlock/clock"
+	"github.com/redlock-go/redlock/node"
+)
+
+// Defaults used when no option says otherwise.
+const (
+	// DefaultTTL is the lease requested from each node.
+	DefaultTTL = 10 * time.Second
+	// DefaultNodeTimeout bounds each call to one node.
+	DefaultNodeTimeout = 500 * time.Millisecond
+	// DefaultRetryMin and DefaultRetryMax bound the exponential backoff between
+	// attempts of Lock (full jitter: each wait is uniform in [0, bound)).
+	DefaultRetryMin = 4 * time.Millisecond
+	DefaultRetryMax = 250 * time.Millisecond
+	// DefaultKeyPrefix is prepended to every key.
+	DefaultKeyPrefix = "redlock:"
+	// MaxResourceLen is the longest resource name accepted, in bytes.
+	MaxResourceLen = 1024
+	// MaxNodes is the largest number of nodes a Client accepts.
+	MaxNodes = 99
+	// MaxTTL is the longest lease accepted.
+	MaxTTL = 24 * time.Hour
+)
+
+type config struct {
+	ttl         time.Duration
+	driftFactor float64
+	retryMin    time.Duration
+	retryMax    time.Duration
+	nodeTimeout time.Duration
+	prefix      string
+	logger      *slog.Logger
+	clock       clock.Clock
+	nodeOpts    []node.Option
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:         DefaultTTL,
+		driftFactor: clock.DefaultDriftFactor,
+		retryMin:    DefaultRetryMin,
+		retryMax:    DefaultRetryMax,
+		nodeTimeout: DefaultNodeTimeout,
+		prefix:      DefaultKeyPrefix,
+		clock:       clock.Real(),
+	}
+}
+
+// Option configures a Client.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// LockOption configures one call of Lock or TryLock.
+type LockOption interface{ applyLock(*lockConfig) error }
+
+type lockOptionFunc func(*lockConfig) error
+
+func (f lockOptionFunc) applyLock(c *lockConfig) error { return f(c) }
+
+type lockConfig struct {
+	ttl      time.Duration
+	retryMin time.Duration
+	retryMax time.Duration
+}
+
+// WithTTL sets the lease requested from each node (default 10s). It must be a
+// whole number of milliseconds (Redis' PX unit), at most MaxTTL, and long enough to
+// leave validity after its own drift allowance.
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) error { c.ttl = d; return nil })
+}
+
+// WithDriftFactor sets the fraction of the TTL reserved for clock-rate
+// differences between client and nodes (default 0.01); it must be in [0, 0.5).
+// The allowance is TTL·factor + 2ms.
+func WithDriftFactor(f float64) Option {
+	return optionFunc(func(c *config) error {
+		if math.IsNaN(f) || f < 0 || f >= 0.5 {
+			return invalid("drift factor %v must be in [0, 0.5)", f)
+		}
+		c.driftFactor = f
+		return nil
+	})
+}
+
+// WithRetryBackoff sets the bounds of the exponential backoff between attempts of
+// Lock: the n-th wait is uniform in [0, min(max, min·2ⁿ)) ("full jitter").
+func WithRetryBackoff(min, max time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if err := checkBackoff(min, max); err != nil {
+			return err
+		}
+		c.retryMin, c.retryMax = min, max
+		return nil
+	})
+}
+
+func checkBackoff(min, max time.Duration) error {
+	if min <= 0 || max < min || max > time.Minute {
+		return invalid("retry backoff [%v, %v] must satisfy 0 < min <= max <= 1m", min, max)
+	}
+	return nil
+}
+
+// WithNodeTimeout bounds every call to one node (default 500ms), in addition to
+// the caller's context. It must be in (0, 1m].
+func WithNodeTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 || d > time.Minute {
+			return invalid("node timeout %v must be in (0, 1m]", d)
+		}
+		c.nodeTimeout = d
+		return nil
+	})
+}
+
+// WithKeyPrefix sets the prefix of every key (default "redlock:"). The lock key of
+// resource r is prefix+"{"+r+"}", so auxiliary keys share its Cluster hash slot; the
+// prefix itself may therefore not contain braces.
+func WithKeyPrefix(p string) Option {
+	return optionFunc(func(c *config) error {
+		if strings.ContainsAny(p, "{}") || len(p) > 256 {
+			return invalid("key prefix %q must not contain braces and be at most 256 bytes", p)
+		}
+		c.prefix = p
+		return nil
+	})
+}
+
+// WithLogger sets a logger (off by default). Logs carry digests of keys and tokens,
+// never their values.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error { c.logger = l; return nil })
+}
+
+// WithClock sets the clock used to measure acquisitions (default clock.Real()).
+func WithClock(cl clock.Clock) Option {
+	return optionFunc(func(c *config) error {
+		if cl == nil {
+			return invalid("nil clock")
+		}
+		c.clock = cl
+		return nil
+	})
+}
+
+// WithNodeOptions passes options to the nodes that Dial creates.
+func WithNodeOptions(opts ...node.Option) Option {
+	return optionFunc(func(c *config) error { c.nodeOpts = append(c.nodeOpts, opts...); return nil })
+}
+
+// WithLockTTL overrides the client's TTL for one lock.
+func WithLockTTL(d time.Duration) LockOption {
+	return lockOptionFunc(func(c *lockConfig) error { c.ttl = d; return nil })
+}
+
+// WithLockRetryBackoff overrides the client's retry backoff for one Lock call.
+func WithLockRetryBackoff(min, max time.Duration) LockOption {
+	return lockOptionFunc(func(c *lockConfig) error {
+		if err := checkBackoff(min, max); err != nil {
+			return err
+		}
+		c.retryMin, c.retryMax = min, max
+		return nil
+	})
+}
+
+// checkTTL rejects a lease that Redis cannot represent or that leaves no validity.
+func checkTTL(ttl time.Duration, factor float64) error {
+	switch {
+	case ttl < time.Millisecond:
+		return invalid("TTL %v must be at least 1ms", ttl)
+	case ttl > MaxTTL:
+		return invalid("TTL %v exceeds the maximum %v", ttl, MaxTTL)
+	case ttl%time.Millisecond != 0:
+		return invalid("TTL %v must be a whole number of milliseconds", ttl)
+	case clock.Validity(ttl, 0, factor) <= 0:
+		return invalid("TTL %v is too short for its own drift allowance %v", ttl, clock.Drift(ttl, factor))
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+// Package quorum fans one operation out to N nodes in parallel and decides, as soon
+// as it can, whether a majority said yes.
+//
+// The outcome is known the moment a majority has answered yes, or the moment so
+// many have answered no or failed that a majority can no longer be reached. Nodes
+// that have not answered by then (stragglers) keep running in the background,
+// bounded by the context their operation was given. A Call can be abandoned (the
+// attempt failed, or the lock it took was released): from then on every straggler
+// that answers yes, or fails in a way that leaves its effect unknown, is undone.
+package quorum
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Majority returns the smallest count that is more than half of n.
+func Majority(n int) int { return n/2 + 1 }
+
+// Reply is one node's answer.
+type Reply[T any] struct {
+	// Value is what the node returned.
+	Value T
+	// OK is true when the node voted yes.
+	OK bool
+	// Err is the failure, if the call failed; its effect on the node is unknown.
+	Err error
+	// Done is true once the node has answered or failed.
+	Done bool
+	// Latency is how long the call took.
+	Latency time.Duration
+}
+
+// Yes reports whether the reply counts towards the majority.
+func (r Reply[T]) Yes() bool { return r.Done && r.OK && r.Err == nil }
+
+// Unsettled reports whether the node may hold an effect of the operation: it said
+// yes, or it failed and nobody knows whether the command ran.
+func (r Reply[T]) Unsettled() bool { return r.Done && (r.OK || r.Err != nil) }
+
+// Op performs the operation on node i. It must return by ctx's deadline.
+type Op[T any] func(ctx context.Context, i int) (value T, ok bool, err error)
+
+// Options tune a Call. The zero value is usable.
+type Options[T any] struct {
+	// Need is how many yes votes decide success; 0 means Majority(n).
+	Need int
+	// Undo is called, in the node's own goroutine, for every node whose reply is
+	// Unsettled once the Call has been abandoned. Nil means nothing to undo.
+	Undo func(i int, r Reply[T])
+	// OnReply, if set, is called in the node's own goroutine with every reply,
+	// stragglers included, after the reply has been counted.
+	OnReply func(i int, r Reply[T])
+	// Go runs f in the background; nil means a plain goroutine. The root package
+	// passes a tracked spawner so that Close can wait for stragglers.
+	Go func(f func())
+	// Now reads the clock for latencies; nil means time.Now.
+	Now func() time.Time
+}
+
+// Outcome is the state of a Call when it was decided (or when waiting stopped).
+type Outcome[T any] struct {
+	// Replies holds one entry per node; entries with Done false had not answered.
+	Replies []Reply[T]
+	// Yes, No and Failed count the answers: yes votes, no votes, failures.
+	Yes, No, Failed int
+	// Need is the number of yes votes that decides success.
+	Need int
+	// Decided is false when waiting stopped (context ended) before the outcome
+	// was known.
+	Decided bool
+	// Success is true when at least Need nodes said yes.
+	Success bool
+}
+
+// Call is an operation in flight on N nodes.
+type Call[T any] struct {
+	need    int
+	undo    func(int, Reply[T])
+	onReply func(int, Reply[T])
+	now     func() time.Time
+	mu      sync.Mutex
+	replies []Reply[T]
+	yes     int
+	no      int
+	failed  int
+	pending int
+	outcome *Outcome[T] // snapshot taken when decided
+	decided chan struct{}
+	settled chan struct{}
+	dropped bool
+}
+
+// Start runs op on nodes 0..n-1 in parallel, each in its own goroutine, with ctx.
+// n must be positive.
+func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
+	c := &Call[T]{
+		need:    o.Need,
+		undo:    o.Undo,
+		onReply: o.OnReply,
+		now:     o.Now,
+		replies: make([]Reply[T], n),
+		pending: n,
+		decided: make(chan struct{}),
+		settled: make(chan struct{}),
+	}
+	if c.need <= 0 {
+		c.need = Majority(n)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	spawn := o.Go
+	if spawn == nil {
+		spawn = func(f func()) { go f() }
+	}
+	for i := 0; i < n; i++ {
+		spawn(func() { c.run(ctx, op, i) })
+	}
+	return c
+}
+
+func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
+	start := c.now()
+	v, ok, err := op(ctx, i)
+	r := Reply[T]{Value: v, OK: ok, Err: err, Done: true, Latency: c.now().Sub(start)}
+
+	c.mu.Lock()
+	c.replies[i] = r
+	switch {
+	case r.Yes():
+		c.yes++
+	case err != nil:
+		c.failed++
+	default:
+		c.no++
+	}
+	c.pending--
+	if c.outcome == nil {
+		if c.yes >= c.need {
+			c.decide(true)
+		} else if c.yes+c.pending < c.need {
+			c.decide(false)
+		}
+	}
+	undo := c.dropped && c.undo != nil && r.Unsettled()
+	if c.pending == 0 {
+		close(c.settled)
+	}
+	c.mu.Unlock()
+
+	if c.onReply != nil {
+		c.onReply(i, r)
+	}
+	if undo {
+		c.undo(i, r)
+	}
+}
+
+// decide records the outcome; c.mu must be held.
+func (c *Call[T]) decide(success bool) {
+	o := c.snapshot()
+	o.Decided, o.Success = true, success
+	c.outcome = &o
+	close(c.decided)
+}
+
+// snapshot copies the current state; c.mu must be held.
+func (c *Call[T]) snapshot() Outcome[T] {
+	return Outcome[T]{
+		Replies: append([]Reply[T](nil), c.replies...),
+		Yes:     c.yes, No: c.no, Failed: c.failed,
+		Need: c.need,
+	}
+}
+
+// Wait returns the outcome as soon as it is decided, or the state so far (Decided
+// false) when ctx ends first.
+func (c *Call[T]) Wait(ctx context.Context) Outcome[T] {
+	select {
+	case <-c.decided:
+	case <-ctx.Done():
+		select {
+		case <-c.decided: // decided at the same moment: prefer the outcome
+		default:
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.snapshot()
+		}
+	}
+	return *c.outcome
+}
+
+// Settled is closed once every node has answered or failed.
+func (c *Call[T]) Settled() <-chan struct{} { return c.settled }
+
+// Replies returns the replies so far, including stragglers that answered after the
+// outcome was decided.
+func (c *Call[T]) Replies() []Reply[T] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Reply[T](nil), c.replies...)
+}
+
+// Abandon marks the call as abandoned: every node that answers from now on with an
+// Unsettled reply is undone by Options.Undo. It returns the nodes that had already
+// answered with an Unsettled reply, which the caller must undo itself. Only the
+// first call returns them; later calls return nil.
+func (c *Call[T]) Abandon() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dropped {
+		return nil
+	}
+	c.dropped = true
+	var idx []int
+	for i, r := range c.replies {
+		if r.Unsettled() {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}

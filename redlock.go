@@ -1,0 +1,340 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/clock"
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
+)
+
+// Client takes locks on a fixed set of independent Redis nodes. It is safe for
+// concurrent use.
+type Client struct {
+	nodes []node.Node
+	cfg   config
+	owned bool // Close closes the nodes (Dial created them)
+
+	mu     sync.RWMutex // guards closed; held (read) while background work is started
+	closed bool
+	bg     sync.WaitGroup
+}
+
+// New returns a Client over nodes, each an independent Redis instance (no
+// replication between them). One node is single-instance mode with the same API.
+// The nodes stay the caller's: Close does not close them.
+func New(nodes []node.Node, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkTTL(cfg.ttl, cfg.driftFactor); err != nil {
+		return nil, err
+	}
+	if err := checkNodes(nodes); err != nil {
+		return nil, err
+	}
+	return &Client{nodes: append([]node.Node(nil), nodes...), cfg: cfg}, nil
+}
+
+func checkNodes(nodes []node.Node) error {
+	if len(nodes) == 0 {
+		return invalid("no nodes")
+	}
+	if len(nodes) > MaxNodes {
+		return invalid("%d nodes is more than the maximum %d", len(nodes), MaxNodes)
+	}
+	seen := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		if n == nil {
+			return invalid("node %d is nil", i)
+		}
+		name := n.Name()
+		if strings.TrimSpace(name) == "" {
+			return invalid("node %d has an empty name", i)
+		}
+		if j, dup := seen[name]; dup {
+			return invalid("duplicate node %s (positions %d and %d): each node must be an independent instance", name, j, i)
+		}
+		seen[name] = i
+	}
+	return nil
+}
+
+// Dial returns a Client over the Redis instances at urls, one URL per independent
+// node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS. It does
+// not connect; nodes that are down are simply failed votes until they come back.
+func Dial(urls []string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if len(urls) == 0 {
+		return nil, invalid("no node URLs")
+	}
+	nodes := make([]node.Node, 0, len(urls))
+	closeAll := func() {
+		for _, n := range nodes {
+			_ = n.Close()
+		}
+	}
+	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout)}, cfg.nodeOpts...)
+	for i, u := range urls {
+		n, err := node.Dial(u, nodeOpts...)
+		if err != nil {
+			closeAll()
+			return nil, invalid("node %d: %w", i, err)
+		}
+		nodes = append(nodes, n)
+	}
+	c, err := New(nodes, opts...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
+// Close waits for background work (releases of stragglers, bounded by the node
+// timeout) and, for a Client made by Dial, closes the nodes. Locks taken from the
+// client cannot be extended or released afterwards.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.bg.Wait()
+	if !c.owned {
+		return nil
+	}
+	var errs []error
+	for _, n := range c.nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// enter marks the start of an operation that may start background work; it fails
+// once the client is closed. The caller must call c.mu.RUnlock when done.
+func (c *Client) enter() error {
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// spawn runs f in a goroutine that Close waits for. It is called only while an
+// operation holds c.mu for reading, or from a goroutine spawn already tracks.
+func (c *Client) spawn(f func()) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+}
+
+// Lock acquires the lock on resource, retrying with exponential backoff and full
+// jitter until it succeeds or ctx ends. On failure the error wraps ErrNotAcquired
+// and, when ctx ended, ctx.Err().
+func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	lc, err := c.lockConfig(resource, opts)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		l, err := c.try(ctx, resource, lc)
+		if err == nil {
+			return l, nil
+		}
+		var qe *QuorumError
+		if !errors.As(err, &qe) || ctx.Err() != nil {
+			return nil, err
+		}
+		t := time.NewTimer(backoff(lc.retryMin, lc.retryMax, attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			qe.Cause = ctx.Err()
+			return nil, qe
+		case <-t.C:
+		}
+	}
+}
+
+// TryLock makes one attempt to acquire the lock on resource. On failure the error
+// wraps ErrNotAcquired.
+func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	lc, err := c.lockConfig(resource, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.try(ctx, resource, lc)
+}
+
+func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, error) {
+	lc := lockConfig{ttl: c.cfg.ttl, retryMin: c.cfg.retryMin, retryMax: c.cfg.retryMax}
+	if resource == "" {
+		return lc, invalid("empty resource name")
+	}
+	if len(resource) > MaxResourceLen {
+		return lc, invalid("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.applyLock(&lc); err != nil {
+			return lc, err
+		}
+	}
+	if lc.ttl != c.cfg.ttl {
+		if err := checkTTL(lc.ttl, c.cfg.driftFactor); err != nil {
+			return lc, err
+		}
+	}
+	return lc, nil
+}
+
+// backoff returns the wait before retry number attempt: uniform in [0, bound) with
+// bound = min(max, min·2^attempt).
+func backoff(min, max time.Duration, attempt int) time.Duration {
+	bound := max
+	if attempt < 30 {
+		if b := min << attempt; b > 0 && b < max {
+			bound = b
+		}
+	}
+	return mrand.N(bound) + 1 // never zero: a retry always yields
+}
+
+// keys returns the lock key and the fence-counter key of resource.
+func (c *Client) keys(resource string) (lockKey, fenceKey string) {
+	lockKey = c.cfg.prefix + "{" + resource + "}"
+	return lockKey, lockKey + ":fence"
+}
+
+// try is one acquisition attempt.
+func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.mu.RUnlock()
+
+	key, fenceKey := c.keys(resource)
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	ttl := lc.ttl
+	callTimeout := min(c.cfg.nodeTimeout, ttl)
+	undo := func(i int, _ quorum.Reply[node.Acquired]) { c.releaseDetached(i, key, token) }
+
+	start := c.cfg.clock.Now()
+	// The node calls run on a context the caller cannot cancel: a SET that is
+	// already on the wire completes, and if the attempt is abandoned by then it
+	// is undone, so cancelling Lock strands no key once the nodes answer.
+	opCtx := context.WithoutCancel(ctx)
+	call := quorum.Start(opCtx, len(c.nodes), func(ctx context.Context, i int) (node.Acquired, bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		a, err := c.nodes[i].Acquire(ctx, key, fenceKey, token, ttl)
+		return a, a.OK, err
+	}, quorum.Options[node.Acquired]{Undo: undo, Go: c.spawn, Now: c.cfg.clock.Now})
+
+	o := call.Wait(ctx)
+	now := c.cfg.clock.Now()
+	validity := clock.Validity(ttl, now.Sub(start), c.cfg.driftFactor)
+	if o.Success && validity > 0 {
+		l := &Lock{
+			c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl,
+			acquire: call,
+			until:   start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
+		}
+		c.log(ctx, slog.LevelDebug, "lock acquired", key, token, "agreed", o.Yes, "validity", validity)
+		return l, nil
+	}
+	for _, i := range call.Abandon() {
+		c.spawn(func() { c.releaseDetached(i, key, token) })
+	}
+	qe := quorumError("acquire", resource, ErrNotAcquired, c.nodes, o)
+	if o.Success {
+		qe.Validity = validity
+	}
+	if !o.Decided {
+		qe.Cause = ctx.Err()
+	}
+	c.log(ctx, slog.LevelDebug, "lock not acquired", key, token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	return nil, qe
+}
+
+// releaseDetached releases key on node i on a context of its own, bounded by the
+// node timeout: cleanup that the caller's cancellation cannot cut short.
+func (c *Client) releaseDetached(i int, key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	defer cancel()
+	if _, err := c.nodes[i].Release(ctx, key, token); err != nil {
+		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
+	}
+}
+
+func quorumError[T any](op, resource string, kind error, nodes []node.Node, o quorum.Outcome[T]) *QuorumError {
+	qe := &QuorumError{
+		Op: op, Resource: resource, Kind: kind,
+		Need: o.Need, Agreed: o.Yes, Refused: o.No, Failed: o.Failed, Nodes: len(nodes),
+	}
+	for i, r := range o.Replies {
+		if r.Done && r.Err != nil {
+			qe.Errs = append(qe.Errs, &NodeError{Node: nodes[i].Name(), Err: r.Err})
+		}
+	}
+	return qe
+}
+
+// newToken returns 16 random bytes from crypto/rand, hex-encoded.
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Digest returns a short, stable digest of a key or token, fit for logs: the first
+// 8 hex digits of its SHA-256.
+func Digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:4])
+}
+
+func (c *Client) log(ctx context.Context, level slog.Level, msg, key, token string, args ...any) {
+	l := c.cfg.logger
+	if l == nil || !l.Enabled(ctx, level) {
+		return
+	}
+	l.Log(ctx, level, msg, append([]any{"key", Digest(key), "token", Digest(token)}, args...)...)
+}

@@ -26,10 +26,24 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
+
+	fenceMu sync.Mutex // serialises Fence
+	fence   uint64     // 0 until Fence succeeded
+}
+
+func (l *Lock) isReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
 }
 
 // Resource returns the name of the locked resource.
 func (l *Lock) Resource() string { return l.resource }
+
+// Token returns the lock's random owner value, as stored in the lock key on
+// every node. Treat it as a secret: whoever knows it can release the lock. Log a
+// digest (Digest) rather than the value.
+func (l *Lock) Token() string { return l.token }
 
 // TTL returns the lease requested from each node.
 func (l *Lock) TTL() time.Duration { return l.ttl }
@@ -62,10 +76,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		return err
 	}
 	defer c.mu.RUnlock()
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if released {
+	if l.isReleased() {
 		return &QuorumError{Op: "extend", Resource: l.resource, Kind: ErrLockLost, Nodes: len(c.nodes),
 			Need: quorum.Majority(len(c.nodes)), Cause: errReleased}
 	}
@@ -146,4 +157,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	c.log(ctx, slog.LevelWarn, "lock release incomplete", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
 	return qe
+}
+
+// abandon releases a lock that is being handed back before the caller saw it.
+func (l *Lock) abandon() {
+	l.mu.Lock()
+	l.released = true
+	l.mu.Unlock()
+	abandon(l.c, l.acquire, l.key, l.token)
 }

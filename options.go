@@ -69,6 +69,7 @@ type lockOptionFunc func(*lockConfig) error
 func (f lockOptionFunc) applyLock(c *lockConfig) error { return f(c) }
 
 type lockConfig struct {
+	fence    bool
 	ttl      time.Duration
 	retryMin time.Duration
 	retryMax time.Duration

@@ -172,8 +172,8 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 			return l, nil
 		}
 		var qe *QuorumError
-		if !errors.As(err, &qe) || ctx.Err() != nil {
-			return nil, err
+		if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+			return nil, err // bad input, closed client, failed fencing: retrying cannot help
 		}
 		t := time.NewTimer(backoff(lc.retryMin, lc.retryMax, attempt))
 		select {
@@ -276,11 +276,15 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 			until:   start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
 		}
 		c.log(ctx, slog.LevelDebug, "lock acquired", key, token, "agreed", o.Yes, "validity", validity)
+		if lc.fence {
+			if _, err := l.fenceEntered(ctx); err != nil {
+				l.abandon()
+				return nil, err
+			}
+		}
 		return l, nil
 	}
-	for _, i := range call.Abandon() {
-		c.spawn(func() { c.releaseDetached(i, key, token) })
-	}
+	abandon(c, call, key, token)
 	qe := quorumError("acquire", resource, ErrNotAcquired, c.nodes, o)
 	if o.Success {
 		qe.Validity = validity
@@ -290,6 +294,14 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	c.log(ctx, slog.LevelDebug, "lock not acquired", key, token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
 	return nil, qe
+}
+
+// abandon gives up an acquisition: nodes that granted it (or whose answer is
+// unknown) are released now, stragglers as they land.
+func abandon(c *Client, call *quorum.Call[node.Acquired], key, token string) {
+	for _, i := range call.Abandon() {
+		c.spawn(func() { c.releaseDetached(i, key, token) })
+	}
 }
 
 // releaseDetached releases key on node i on a context of its own, bounded by the

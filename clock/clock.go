@@ -64,7 +64,7 @@ func (f *Fake) Advance(d time.Duration) {
 }
 
 // Drift returns the drift allowance for a lease of ttl: ttl·factor + MinDrift,
-// rounded up to a whole microsecond so that the allowance is never understated.
+// rounded up to a whole nanosecond so that the allowance is never understated.
 func Drift(ttl time.Duration, factor float64) time.Duration {
 	d := time.Duration(float64(ttl) * factor)
 	if float64(d) < float64(ttl)*factor {

@@ -31,6 +31,9 @@ type Node interface {
 	// Extend resets key's TTL if key still holds token, and reports whether it did.
 	// It never creates key.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
+	// WriteFence raises the counter at fenceKey to at least fence, only if key
+	// still holds token, and reports whether key held token.
+	WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error)
 	// Close releases the node's resources (connections).
 	Close() error
 }
@@ -41,6 +44,10 @@ type Acquired struct {
 	OK bool
 	// Fence is the node's fence counter at the time of the request (0 if unset).
 	Fence uint64
+	// HasFence is true when the counter exists on the node. A node without it
+	// while others have one has lost it (a restart without persistence, an
+	// eviction) or never saw a fenced grant of the resource.
+	HasFence bool
 }
 
 // Sentinel errors of this package, reachable with errors.Is.
@@ -136,10 +143,14 @@ var releaseSrc string
 //go:embed extend.lua
 var extendSrc string
 
+//go:embed writefence.lua
+var writeFenceSrc string
+
 var (
 	acquireScript = redis.NewScript(2, acquireSrc)
 	releaseScript = redis.NewScript(1, releaseSrc)
 	extendScript  = redis.NewScript(1, extendSrc)
+	fenceScript   = redis.NewScript(2, writeFenceSrc)
 )
 
 // Redis is a Node backed by a redigo connection pool. It is safe for concurrent use.
@@ -279,19 +290,20 @@ func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl ti
 		return Acquired{}, err
 	}
 	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) != 2 {
+	if err != nil || len(vals) != 3 {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	ok, err1 := redis.Int64(vals[0], nil)
 	fs, err2 := redis.String(vals[1], nil)
-	if err1 != nil || err2 != nil {
+	present, err3 := redis.Int64(vals[2], nil)
+	if err1 != nil || err2 != nil || err3 != nil {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	f, err := strconv.ParseUint(fs, 10, 64)
 	if err != nil {
 		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
 	}
-	return Acquired{OK: ok == 1, Fence: f}, nil
+	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
 }
 
 // Release implements Node.
@@ -302,6 +314,11 @@ func (r *Redis) Release(ctx context.Context, key, token string) (bool, error) {
 // Extend implements Node.
 func (r *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
 	return r.flag(ctx, extendScript, key, token, ttl.Milliseconds())
+}
+
+// WriteFence implements Node.
+func (r *Redis) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
+	return r.flag(ctx, fenceScript, key, fenceKey, token, strconv.FormatUint(fence, 10))
 }
 
 func (r *Redis) flag(ctx context.Context, s *redis.Script, keysAndArgs ...any) (bool, error) {

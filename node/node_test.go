@@ -78,7 +78,7 @@ func TestScripts(t *testing.T) {
 
 	a, err := n.Acquire(ctx, "k", "k:f", "tok1", time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, node.Acquired{OK: true, Fence: 0}, a)
+	assert.Equal(t, node.Acquired{OK: true, Fence: 0, HasFence: false}, a)
 	pttl, err := redis.Int64(s.Do("PTTL", "k"))
 	require.NoError(t, err)
 	assert.InDelta(t, 1000, pttl, 100)
@@ -87,9 +87,31 @@ func TestScripts(t *testing.T) {
 	require.NoError(t, err)
 	a, err = n.Acquire(ctx, "k", "k:f", "tok2", time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, node.Acquired{OK: false, Fence: 18446744073709551615}, a, "fence read even when the SET fails")
+	assert.Equal(t, node.Acquired{OK: false, Fence: 18446744073709551615, HasFence: true}, a, "fence read even when the SET fails")
+	_, err = s.Do("SET", "k:f", "99")
+	require.NoError(t, err)
 
-	ok, err := n.Extend(ctx, "k", "tok2", 5*time.Second)
+	// Write-back: only the holder raises the counter, never lowers it; exact
+	// above 2^53.
+	ok, err := n.WriteFence(ctx, "k", "k:f", "tok2", 500)
+	require.NoError(t, err)
+	assert.False(t, ok, "a non-holder cannot write the counter")
+	for _, tc := range []struct {
+		fence uint64
+		want  string
+	}{{100, "100"}, {7, "100"}, {9007199254740993, "9007199254740993"}, {9007199254740992, "9007199254740993"}, {18446744073709551615, "18446744073709551615"}} {
+		ok, err = n.WriteFence(ctx, "k", "k:f", "tok1", tc.fence)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		got, err := redis.String(s.Do("GET", "k:f"))
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "after writing %d", tc.fence)
+	}
+	ttl, err := redis.Int64(s.Do("PTTL", "k:f"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(-1), ttl, "the counter never expires")
+
+	ok, err = n.Extend(ctx, "k", "tok2", 5*time.Second)
 	require.NoError(t, err)
 	assert.False(t, ok, "only the owner extends")
 	ok, err = n.Extend(ctx, "k", "tok1", 5*time.Second)

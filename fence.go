@@ -1,0 +1,169 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
+)
+
+var (
+	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (wiped nodes are not trusted until repaired)")
+	errCounterExhausted = errors.New("fence counter at its maximum")
+)
+
+// WithFence makes Lock and TryLock obtain the fencing token before returning, so
+// that the acquisition fails (and is released) when the token cannot be had. By
+// default the token is obtained lazily, on the first call to Lock.Fence.
+func WithFence() LockOption {
+	return lockOptionFunc(func(c *lockConfig) error { c.fence = true; return nil })
+}
+
+// Fence returns the lock's fencing token: a number that is larger for every later
+// holder of the same resource, for a resource to refuse writes from a holder whose
+// lease has run out (see the fence package). The first call writes the token back
+// to a majority of the nodes, inside the lock (one round trip); later calls return
+// it at once.
+//
+// Any two fenced grants of one resource get different tokens, and the later
+// holder on a node they share gets the larger one, whatever the clocks, pauses or
+// network delays, provided no node loses its counter (docs/fencing.md). A node
+// that granted the lock without a counter while other nodes have one is not
+// trusted for the write-back, and is repaired once the token is established.
+//
+// Fence fails with ErrLockLost when the write-back cannot reach a majority of
+// nodes that still hold the lock, and with ErrUnavailable when ctx ends first.
+func (l *Lock) Fence(ctx context.Context) (uint64, error) {
+	if err := l.c.enter(); err != nil {
+		return 0, err
+	}
+	defer l.c.mu.RUnlock()
+	return l.fenceEntered(ctx)
+}
+
+// fenceEntered is Fence for a caller that has entered the client.
+func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
+	l.fenceMu.Lock()
+	defer l.fenceMu.Unlock()
+	if l.fence != 0 {
+		return l.fence, nil
+	}
+	c := l.c
+	n := len(c.nodes)
+	fail := func(kind, cause error) (uint64, error) {
+		return 0, &QuorumError{Op: "fence", Resource: l.resource, Kind: kind, Need: quorum.Majority(n), Nodes: n, Cause: cause}
+	}
+	if l.isReleased() {
+		return fail(ErrLockLost, errReleased)
+	}
+
+	// Decide from the replies so far; when they are not enough to trust a token
+	// (no counter seen: a fresh resource or wiped nodes; or too few trusted
+	// grants), hear from every node first.
+	token, eligible, suspect, ok := l.fencePlan(l.acquire.Replies())
+	if !ok {
+		select {
+		case <-l.acquire.Settled():
+		case <-ctx.Done():
+			return fail(ErrUnavailable, ctx.Err())
+		}
+		token, eligible, suspect, _ = l.fencePlan(l.acquire.Replies())
+	}
+	if token == 0 {
+		return fail(ErrLockLost, errCounterExhausted)
+	}
+	for _, i := range suspect {
+		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
+	}
+	if len(eligible) < quorum.Majority(n) {
+		return fail(ErrLockLost, errCounterMissing)
+	}
+
+	// Suspects get the token too, in the same round trip: it is above every
+	// token established before (the trusted majority's counters bound them all),
+	// so raising a suspect to it repairs it. Their answers do not count.
+	targets := append(append([]int(nil), eligible...), suspect...)
+	call := quorum.Start(ctx, len(targets), func(ctx context.Context, j int) (struct{}, bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+		defer cancel()
+		ok, err := c.nodes[targets[j]].WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+		return struct{}{}, ok && j < len(eligible), err
+	}, quorum.Options[struct{}]{Need: quorum.Majority(n), Go: c.spawn, Now: c.cfg.clock.Now})
+	o := call.Wait(ctx)
+	if !o.Success {
+		kind := ErrLockLost
+		if !o.Decided {
+			kind = ErrUnavailable
+		}
+		qe := quorumError("fence", l.resource, kind, pick(c.nodes, targets), o)
+		qe.Nodes = n
+		if !o.Decided {
+			qe.Cause = ctx.Err()
+		}
+		return 0, qe
+	}
+	l.fence = token
+	if len(suspect) > 0 {
+		// Let the repairs land while the lock is certainly still ours.
+		select {
+		case <-call.Settled():
+		case <-ctx.Done():
+		}
+		for j, r := range call.Replies()[len(eligible):] {
+			if r.Done && r.Err == nil {
+				c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[suspect[j]].Name())
+			}
+		}
+	}
+	c.log(ctx, slog.LevelDebug, "lock fenced", l.key, l.token, "fence", token)
+	return token, nil
+}
+
+// fencePlan computes, from the acquisition's replies, the token (1 + the largest
+// counter any node reported; 0 if that would overflow), the nodes trusted for
+// the write-back (they granted the lock, and have a counter unless no node has
+// one) and the suspects (they granted the lock without a counter while another
+// node has one). ok is false when the plan should wait for every node: no
+// counter was seen, or too few nodes are trusted.
+func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, eligible, suspect []int, ok bool) {
+	present := anyCounter(replies)
+	var maxF uint64
+	for _, r := range replies {
+		if r.Done && r.Err == nil {
+			maxF = max(maxF, r.Value.Fence)
+		}
+	}
+	if maxF < math.MaxUint64 {
+		token = maxF + 1
+	}
+	for i, r := range replies {
+		switch {
+		case !r.Yes():
+		case present && !r.Value.HasFence:
+			suspect = append(suspect, i)
+		default:
+			eligible = append(eligible, i)
+		}
+	}
+	return token, eligible, suspect, present && len(eligible) >= quorum.Majority(len(replies))
+}
+
+func anyCounter(replies []quorum.Reply[node.Acquired]) bool {
+	for _, r := range replies {
+		if r.Done && r.Err == nil && r.Value.HasFence {
+			return true
+		}
+	}
+	return false
+}
+
+func pick(nodes []node.Node, idx []int) []node.Node {
+	out := make([]node.Node, len(idx))
+	for j, i := range idx {
+		out[j] = nodes[i]
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package redlock_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/fence"
+	"github.com/redlock-go/redlock/internal/redistest"
+)
+
+func TestFenceBasics(t *testing.T) {
+	c, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+
+	l, err := c.TryLock(ctx, "fresh")
+	require.NoError(t, err)
+	tok, err := l.Fence(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), tok, "a resource never fenced starts at 1")
+	again, err := l.Fence(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, tok, again, "Fence is stable for one grant")
+	require.NoError(t, l.Release(ctx))
+
+	last := tok
+	for i := 0; i < 50; i++ {
+		opts := []redlock.LockOption{}
+		if i%2 == 0 {
+			opts = append(opts, redlock.WithFence()) // eager
+		}
+		l, err := c.Lock(ctx, "fresh", opts...)
+		require.NoError(t, err)
+		tok, err := l.Fence(ctx)
+		require.NoError(t, err)
+		require.Greater(t, tok, last)
+		last = tok
+		require.NoError(t, l.Release(ctx))
+	}
+	for _, s := range servers {
+		v, err := redis.Uint64(s.Do("GET", "redlock:{fresh}:fence"))
+		require.NoError(t, err)
+		assert.LessOrEqual(t, v, last)
+		pttl, err := redis.Int64(s.Do("PTTL", "redlock:{fresh}:fence"))
+		require.NoError(t, err)
+		assert.Equal(t, int64(-1), pttl)
+	}
+}
+
+// Tokens strictly increase over hundreds of grants while minority nodes are
+// killed and restarted with AOF appendfsync always.
+func TestFenceMonotonicAcrossAOFRestarts(t *testing.T) {
+	servers := redistest.StartN(t, 5, "--appendonly", "yes", "--appendfsync", "always")
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := ctxT(t, 60*time.Second)
+	var last uint64
+	for i := 0; i < 300; i++ {
+		switch i {
+		case 60:
+			servers[0].Kill()
+		case 120:
+			servers[0].Restart()
+			servers[3].Kill()
+			servers[4].Kill()
+		case 180:
+			servers[3].Restart()
+			servers[4].Restart()
+			servers[1].Kill()
+		case 240:
+			servers[1].Restart()
+		}
+		l, err := c.Lock(ctx, "aof", redlock.WithFence())
+		require.NoError(t, err, "grant %d", i)
+		tok, err := l.Fence(ctx)
+		require.NoError(t, err)
+		require.Greater(t, tok, last, "grant %d", i)
+		last = tok
+		require.NoError(t, l.Release(ctx))
+	}
+}
+
+// Under contention, tokens are unique and ordered as the grants were.
+func TestFenceUnderContention(t *testing.T) {
+	c, _ := cluster(t, 3, redlock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	ctx := ctxT(t, 60*time.Second)
+	var mu sync.Mutex
+	var order []uint64
+	var res fence.Value[int]
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				l, err := c.Lock(ctx, "contended", redlock.WithFence())
+				if !assert.NoError(t, err) {
+					return
+				}
+				tok, err := l.Fence(ctx)
+				assert.NoError(t, err)
+				mu.Lock()
+				order = append(order, tok)
+				mu.Unlock()
+				assert.NoError(t, res.Update(tok, func(n int) int { return n + 1 }))
+				assert.NoError(t, l.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, order, 160)
+	for i := 1; i < len(order); i++ {
+		assert.Greater(t, order[i], order[i-1], "grant %d", i)
+	}
+	n, _ := res.Load()
+	assert.Equal(t, 160, n)
+}
+
+// Holder A pauses; its keys vanish; B takes the lock and fences; A comes back.
+// Neither a token A fenced before the pause nor a late Fence lets A write over B.
+func TestFencePausedHolder(t *testing.T) {
+	c, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	var resource fence.Value[string]
+
+	a, err := c.TryLock(ctx, "acct")
+	require.NoError(t, err)
+	tokA, err := a.Fence(ctx)
+	require.NoError(t, err)
+	late, err := c.TryLock(ctx, "other-acct") // never fenced before its pause
+	require.NoError(t, err)
+
+	// A's leases run out during the pause.
+	for _, s := range servers {
+		_, err := s.Do("DEL", "redlock:{acct}", "redlock:{other-acct}")
+		require.NoError(t, err)
+	}
+	b, err := c.TryLock(ctx, "acct")
+	require.NoError(t, err)
+	tokB, err := b.Fence(ctx)
+	require.NoError(t, err)
+	require.Greater(t, tokB, tokA)
+	require.NoError(t, resource.Store(tokB, "B"))
+
+	// A wakes up and writes with its old token: refused.
+	require.ErrorIs(t, resource.Store(tokA, "A"), fence.ErrStale)
+	v, _ := resource.Load()
+	assert.Equal(t, "B", v)
+
+	b2, err := c.TryLock(ctx, "other-acct")
+	require.NoError(t, err)
+	_, err = b2.Fence(ctx)
+	require.NoError(t, err)
+	_, err = late.Fence(ctx)
+	require.ErrorIs(t, err, redlock.ErrLockLost, "a holder that lost its lease cannot get a token")
+}
+
+// A node that lost its counter (restart without persistence) is not trusted, and
+// is repaired once a token stands on a majority of trusted nodes.
+func TestFenceWipedNode(t *testing.T) {
+	c0, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	for i := 0; i < 5; i++ {
+		l, err := c0.Lock(ctx, "w", redlock.WithFence())
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	require.NoError(t, c0.Close()) // every release has landed on every node
+	_, err := servers[1].Do("FLUSHALL")
+	require.NoError(t, err)
+	c, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	// Each fenced grant that hears the wiped node grant the lock without a
+	// counter distrusts it and repairs it; tokens go on from the majority's.
+	want := uint64(6)
+	for ; want < 30; want++ {
+		l, err := c.Lock(ctx, "w")
+		require.NoError(t, err)
+		tok, err := l.Fence(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, tok)
+		require.NoError(t, l.Release(ctx))
+		if v, err := redis.Uint64(servers[1].Do("GET", "redlock:{w}:fence")); err == nil {
+			assert.Equal(t, want, v, "the wiped node was repaired with the token")
+			break
+		}
+	}
+	require.Less(t, want, uint64(30), "the wiped node was never repaired")
+	require.NoError(t, c.Close())
+
+	// Two of three nodes without a counter while one has it: the token cannot be
+	// trusted, and Fence refuses instead of restarting the sequence.
+	c2, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer c2.Close()
+	for _, s := range servers[1:] {
+		_, err := s.Do("FLUSHALL")
+		require.NoError(t, err)
+	}
+	l, err := c2.Lock(ctx, "w")
+	require.NoError(t, err)
+	_, err = l.Fence(ctx)
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	assert.Contains(t, err.Error(), "fence counter missing")
+	require.NoError(t, l.Release(ctx))
+	_, err = c2.Lock(ctx, "w", redlock.WithFence())
+	require.ErrorIs(t, err, redlock.ErrLockLost, "eager fencing fails the acquisition")
+}

@@ -4,8 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/internal/redistest"
@@ -54,4 +59,147 @@ func benchLockRelease(b *testing.B, c *redlock.Client) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// BenchmarkFence compares acquisitions that never ask for a token (lazy default,
+// no cost), that ask for it after acquiring (lazy, one more round trip), and
+// eager fencing (WithFence).
+func BenchmarkFence(b *testing.B) {
+	c, _ := cluster(b, 3)
+	ctx := context.Background()
+	for _, mode := range []string{"unused", "lazy", "eager"} {
+		b.Run(mode, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				var opts []redlock.LockOption
+				if mode == "eager" {
+					opts = append(opts, redlock.WithFence())
+				}
+				l, err := c.TryLock(ctx, "fence-bench", opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if mode != "unused" {
+					if _, err := l.Fence(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHandoff has 8 goroutines contend for one key on 5 nodes. It reports
+// the time from a holder's Release call to the next holder's acquisition
+// (median), Redis commands per acquisition, and fairness: fewest grants / most
+// grants among the goroutines.
+func BenchmarkHandoff(b *testing.B) {
+	servers := redistest.StartN(b, 5)
+	// One client shared by the 8 goroutines (they queue in-process), and one
+	// client each (they learn of releases through pub/sub).
+	for _, nc := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d", nc), func(b *testing.B) {
+			for _, s := range servers {
+				if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchHandoff(b, servers, nc)
+		})
+	}
+}
+
+func benchHandoff(b *testing.B, servers []*redistest.Server, nc int) {
+	clients := make([]*redlock.Client, nc)
+	for i := range clients {
+		c, err := redlock.Dial(redistest.URLs(servers))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	ctx := context.Background()
+	const workers = 8
+	// Commands sent by clients: scripts count once, not the commands they run.
+	clientCmds := []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_subscribe:", "cmdstat_unsubscribe:", "cmdstat_ping:"}
+	commands := func() int64 {
+		var total int64
+		for _, s := range servers {
+			info, err := redis.String(s.Do("INFO", "commandstats"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, line := range strings.Split(info, "\r\n") {
+				for _, p := range clientCmds {
+					if v, ok := strings.CutPrefix(line, p+"calls="); ok {
+						n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+						total += n
+					}
+				}
+			}
+		}
+		return total
+	}
+	var (
+		mu        sync.Mutex
+		released  time.Time
+		handoffs  []time.Duration
+		grants    [workers]int
+		remaining = int64(b.N)
+	)
+	before := commands()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if remaining <= 0 {
+					mu.Unlock()
+					return
+				}
+				remaining--
+				mu.Unlock()
+				l, err := clients[w%nc].Lock(ctx, "handoff")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				if !released.IsZero() {
+					handoffs = append(handoffs, now.Sub(released))
+				}
+				grants[w]++
+				released = time.Now()
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	after := commands()
+	if len(handoffs) == 0 {
+		return
+	}
+	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+	lo, hi := grants[0], grants[0]
+	for _, g := range grants {
+		lo, hi = min(lo, g), max(hi, g)
+	}
+	b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds())/1000, "handoff-p50-ms")
+	b.ReportMetric(float64(after-before)/float64(b.N), "cmds/acq")
+	if hi > 0 {
+		b.ReportMetric(float64(lo)/float64(hi), "fairness")
+	}
 }

@@ -85,7 +85,7 @@ func (m *memNode) Acquire(_ context.Context, key, fenceKey, token string, ttl ti
 	return node.Acquired{OK: true, Fence: f, HasFence: has}, nil
 }
 
-func (m *memNode) Release(_ context.Context, key, token string) (bool, error) {
+func (m *memNode) Release(_ context.Context, key, token string, _ bool) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {

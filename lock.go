@@ -26,6 +26,7 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
+	changed  chan struct{} // closed (and replaced) whenever until or released changes
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
@@ -60,7 +61,27 @@ func (l *Lock) Until() time.Time {
 func (l *Lock) setUntil(t time.Time) {
 	l.mu.Lock()
 	l.until = t
+	l.notifyLocked()
 	l.mu.Unlock()
+}
+
+// notifyLocked wakes whoever watches the lease; l.mu must be held.
+func (l *Lock) notifyLocked() {
+	if l.changed != nil {
+		close(l.changed)
+	}
+	l.changed = make(chan struct{})
+}
+
+// lease returns the current end of validity, whether the lock was released, and
+// a channel closed when either changes.
+func (l *Lock) lease() (until time.Time, released bool, changed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.until, l.released, l.changed
 }
 
 // Extend renews the lease on every node that still holds it (compare-and-pexpire:
@@ -128,6 +149,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	l.notifyLocked()
 	l.mu.Unlock()
 	if err := c.enter(); err != nil {
 		return err
@@ -138,11 +160,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	call := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 		defer cancel()
-		ok, err := c.nodes[i].Release(ctx, l.key, l.token)
+		ok, err := c.nodes[i].Release(ctx, l.key, l.token, true)
 		return struct{}{}, ok, err
 	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now})
 	o := call.Wait(ctx)
 	l.setUntil(time.Time{})
+	c.releasedHere(l.resource)
 	if o.Success {
 		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
 		return nil
@@ -163,6 +186,8 @@ func (l *Lock) Release(ctx context.Context) error {
 func (l *Lock) abandon() {
 	l.mu.Lock()
 	l.released = true
+	l.notifyLocked()
 	l.mu.Unlock()
 	abandon(l.c, l.acquire, l.key, l.token)
+	l.c.releasedHere(l.resource)
 }

@@ -69,10 +69,13 @@ type lockOptionFunc func(*lockConfig) error
 func (f lockOptionFunc) applyLock(c *lockConfig) error { return f(c) }
 
 type lockConfig struct {
-	fence    bool
-	ttl      time.Duration
-	retryMin time.Duration
-	retryMax time.Duration
+	fence      bool
+	maxHold    time.Duration
+	renewEvery time.Duration
+	margin     time.Duration
+	ttl        time.Duration
+	retryMin   time.Duration
+	retryMax   time.Duration
 }
 
 // WithTTL sets the lease requested from each node (default 10s). It must be a

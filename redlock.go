@@ -27,6 +27,10 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held (read) while background work is started
 	closed bool
 	bg     sync.WaitGroup
+
+	qmu    sync.Mutex
+	queues map[string]*queue // Lock's waiters per resource
+	held   map[string]int    // locks taken through this client and not released, per resource
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -48,7 +52,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	if err := checkNodes(nodes); err != nil {
 		return nil, err
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), cfg: cfg}, nil
+	return &Client{nodes: append([]node.Node(nil), nodes...), cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -166,22 +170,52 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 	if err != nil {
 		return nil, err
 	}
+	// This client's waiters for one resource take turns: only the head of the
+	// queue makes attempts, so they are served in order and do not compete.
+	local, leave, err := c.enterQueue(ctx, resource)
+	defer leave()
+	if err != nil {
+		return nil, &QuorumError{Op: "acquire", Resource: resource, Kind: ErrNotAcquired,
+			Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: err}
+	}
+	var rw *releaseWatch
+	defer func() {
+		if rw != nil {
+			rw.stop()
+		}
+	}()
+	var last *QuorumError
 	for attempt := 0; ; attempt++ {
-		l, err := c.try(ctx, resource, lc)
-		if err == nil {
-			return l, nil
+		// When this client holds the lock, its release will wake us: no need to
+		// ask the nodes, nor to listen to them.
+		if attempt > 0 || !c.heldHere(resource) {
+			l, err := c.try(ctx, resource, lc)
+			if err == nil {
+				return l, nil
+			}
+			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
+				return nil, err // bad input, closed client, failed fencing: retrying cannot help
+			}
+			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
+				// Held by another client: listen for its release, then try
+				// again at once (it may have been released while we subscribed).
+				rw = c.watchReleases(ctx, key(c, resource))
+				continue
+			}
 		}
-		var qe *QuorumError
-		if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
-			return nil, err // bad input, closed client, failed fencing: retrying cannot help
+		// Woken by a release, or after a backoff with full jitter in case a
+		// notification was lost (a node down, a lease that simply expired).
+		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
+		if err != nil {
+			if last == nil {
+				last = &QuorumError{Op: "acquire", Resource: resource, Kind: ErrNotAcquired,
+					Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes)}
+			}
+			last.Cause = err
+			return nil, last
 		}
-		t := time.NewTimer(backoff(lc.retryMin, lc.retryMax, attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			qe.Cause = ctx.Err()
-			return nil, qe
-		case <-t.C:
+		if woken {
+			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")
 		}
 	}
 }
@@ -232,6 +266,11 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return mrand.N(bound) + 1 // never zero: a retry always yields
 }
 
+func key(c *Client, resource string) string {
+	k, _ := c.keys(resource)
+	return k
+}
+
 // keys returns the lock key and the fence-counter key of resource.
 func (c *Client) keys(resource string) (lockKey, fenceKey string) {
 	lockKey = c.cfg.prefix + "{" + resource + "}"
@@ -275,6 +314,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 			acquire: call,
 			until:   start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
 		}
+		c.tookHere(resource)
 		c.log(ctx, slog.LevelDebug, "lock acquired", key, token, "agreed", o.Yes, "validity", validity)
 		if lc.fence {
 			if _, err := l.fenceEntered(ctx); err != nil {
@@ -309,7 +349,7 @@ func abandon(c *Client, call *quorum.Call[node.Acquired], key, token string) {
 func (c *Client) releaseDetached(i int, key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.nodes[i].Release(ctx, key, token); err != nil {
+	if _, err := c.nodes[i].Release(ctx, key, token, false); err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

@@ -124,11 +124,14 @@ func TestExclusion(t *testing.T) {
 			assert.True(t, a.Until().After(time.Now()))
 			assert.True(t, a.Until().Before(time.Now().Add(redlock.DefaultTTL)))
 
+			// The call returns once a majority agreed; stragglers land just after.
 			for _, s := range servers {
-				v, err := redis.String(s.Do("GET", "redlock:{orders}"))
-				require.NoError(t, err)
-				assert.Len(t, v, 32, "token is 16 random bytes, hex")
+				require.Eventually(t, func() bool {
+					v, err := redis.String(s.Do("GET", "redlock:{orders}"))
+					return err == nil && v == a.Token()
+				}, 10*time.Second, time.Millisecond)
 			}
+			assert.Len(t, a.Token(), 32, "token is 16 random bytes, hex")
 
 			_, err = c.TryLock(ctx, "orders")
 			require.ErrorIs(t, err, redlock.ErrNotAcquired)
@@ -186,10 +189,11 @@ func TestExtend(t *testing.T) {
 	}
 	require.NoError(t, l.Extend(ctx))
 	assert.True(t, l.Until().After(before), "Until moves forward")
-	for _, s := range servers {
-		pttl, err := redis.Int64(s.Do("PTTL", "redlock:{ext}"))
-		require.NoError(t, err)
-		assert.Greater(t, pttl, int64(4000), "lease renewed to the TTL")
+	for _, s := range servers { // Extend returns at a majority; the rest land just after
+		require.Eventually(t, func() bool {
+			pttl, err := redis.Int64(s.Do("PTTL", "redlock:{ext}"))
+			return err == nil && pttl > 4000
+		}, 10*time.Second, time.Millisecond, "lease renewed to the TTL")
 	}
 
 	// Lost on a majority: Extend reports it and never re-creates the keys.

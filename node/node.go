@@ -27,7 +27,8 @@ type Node interface {
 	// read atomically with the SET.
 	Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error)
 	// Release deletes key if it still holds token, and reports whether it did.
-	Release(ctx context.Context, key, token string) (bool, error)
+	// With notify, waiters watching key are told that it is free (see Watcher).
+	Release(ctx context.Context, key, token string, notify bool) (bool, error)
 	// Extend resets key's TTL if key still holds token, and reports whether it did.
 	// It never creates key.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
@@ -76,6 +77,8 @@ type config struct {
 	maxActive int
 	tls       *tls.Config
 	name      string
+
+	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 }
 
 // WithTimeout bounds each call to the node (including taking a connection and
@@ -155,6 +158,7 @@ var (
 
 // Redis is a Node backed by a redigo connection pool. It is safe for concurrent use.
 type Redis struct {
+	sub     *subscriber
 	pool    *redis.Pool
 	name    string
 	timeout time.Duration
@@ -236,10 +240,14 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 		Wait:        cfg.maxActive > 0,
 		IdleTimeout: 4 * time.Minute,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialURLContext(ctx, rawURL, dialOpts...)
+			c, err := redis.DialURLContext(ctx, rawURL, dialOpts...)
+			if err != nil || cfg.quarantine == nil {
+				return c, err
+			}
+			return cfg.quarantine.dialed(ctx, c)
 		},
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, owned: true}, nil
+	return newRedis(pool, name, cfg.timeout, true), nil
 }
 
 // FromPool returns a node that uses an existing pool. The pool's connections must
@@ -259,14 +267,24 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout}, nil
+	return newRedis(pool, name, cfg.timeout, false), nil
+}
+
+func newRedis(pool *redis.Pool, name string, timeout time.Duration, owned bool) *Redis {
+	dial := pool.DialContext
+	if dial == nil {
+		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
+	}
+	sub := &subscriber{dial: dial, watches: map[string]map[*watch]struct{}{}, confirmed: map[string]chan struct{}{}}
+	return &Redis{sub: sub, pool: pool, name: name, timeout: timeout, owned: owned}
 }
 
 // Name returns the node's name.
 func (r *Redis) Name() string { return r.name }
 
-// Close closes the node's pool if Dial created it.
+// Close stops release notifications and closes the node's pool if Dial created it.
 func (r *Redis) Close() error {
+	r.sub.close()
 	if r.owned {
 		return r.pool.Close()
 	}
@@ -307,8 +325,12 @@ func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl ti
 }
 
 // Release implements Node.
-func (r *Redis) Release(ctx context.Context, key, token string) (bool, error) {
-	return r.flag(ctx, releaseScript, key, token)
+func (r *Redis) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
+	n := "0"
+	if notify {
+		n = "1"
+	}
+	return r.flag(ctx, releaseScript, key, token, n)
 }
 
 // Extend implements Node.

@@ -121,10 +121,10 @@ func TestScripts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, pttl, int64(4000))
 
-	ok, err = n.Release(ctx, "k", "tok2")
+	ok, err = n.Release(ctx, "k", "tok2", true)
 	require.NoError(t, err)
 	assert.False(t, ok, "only the owner releases")
-	ok, err = n.Release(ctx, "k", "tok1")
+	ok, err = n.Release(ctx, "k", "tok1", true)
 	require.NoError(t, err)
 	assert.True(t, ok)
 
@@ -158,7 +158,7 @@ func TestPausedNodeNeverBlocks(t *testing.T) {
 	short, err := node.Dial(s.URL(), node.WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	defer short.Close()
-	_, err = short.Release(context.Background(), "k", "t")
+	_, err = short.Release(context.Background(), "k", "t", false)
 	require.True(t, isTimeout(err), "the per-call timeout bounds the call without a context deadline: %v", err)
 
 	cctx, ccancel := context.WithCancel(context.Background())

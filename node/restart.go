@@ -1,0 +1,250 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// ErrQuarantined is the error (reachable with errors.Is) of an Acquire refused by
+// the client because the node restarted less than the quarantine ago (see
+// WithRestartQuarantine). No request was sent to the node.
+var ErrQuarantined = errors.New("node: quarantined after a restart")
+
+// MaxRestartQuarantine is the longest quarantine WithRestartQuarantine accepts
+// (the library's longest TTL).
+const MaxRestartQuarantine = 24 * time.Hour
+
+// QuarantineError is the error Acquire returns while a node is quarantined. It
+// wraps ErrQuarantined.
+type QuarantineError struct {
+	// RunID is the node's current run id (INFO server: run_id).
+	RunID string
+	// PrevRunID is the run id seen before, when the node was seen to change it; it
+	// is empty when the quarantine comes from the uptime alone (for example on the
+	// first connection to a node that started recently).
+	PrevRunID string
+	// Uptime is the node's uptime_in_seconds when the restart was detected.
+	Uptime time.Duration
+	// Until is when the node counts again, on this process' clock (it carries a
+	// monotonic reading).
+	Until time.Time
+	// Quarantine is the configured duration (WithRestartQuarantine).
+	Quarantine time.Duration
+}
+
+func (e *QuarantineError) Error() string {
+	why := fmt.Sprintf("it has been up only %v, less than the %v quarantine", e.Uptime, e.Quarantine)
+	if e.PrevRunID != "" {
+		why = fmt.Sprintf("it restarted (run id %.8s… replaced by %.8s…, up %v) within the %v quarantine",
+			e.PrevRunID, e.RunID, e.Uptime, e.Quarantine)
+	}
+	return fmt.Sprintf("%v: %s; it may have lost lock keys, so it grants no lock until %s (in %v)",
+		ErrQuarantined, why, e.Until.Format("15:04:05.000"), time.Until(e.Until).Round(time.Millisecond))
+}
+
+// Unwrap returns ErrQuarantined.
+func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
+
+// WithRestartQuarantine makes a node that restarted recently refuse to take part in
+// acquisitions until d has passed since its restart: the "delayed restart" of the
+// Redlock algorithm, enforced by the client. Set d to at least the longest TTL any
+// client uses on these nodes (redlock.DefaultTTL is 10s); it must be in (0,
+// MaxRestartQuarantine]. The option is off by default.
+//
+// Why: a node that restarts without persistence (or with a persistence mode that
+// loses the last writes) has forgotten the lock keys it held, so it could grant a
+// lock that a client still counts on as part of its majority. Every lease that
+// relied on the lost keys has ended once the longest TTL has passed since the
+// restart.
+//
+// How: every new connection to the node, right after it is dialed, runs INFO
+// server and reads run_id and uptime_in_seconds. Redis counts the uptime in whole
+// seconds of its wall clock, so it may overstate the time since the start by up to
+// a second; the node is taken to have been up max(0, uptime − 1s). If that is less
+// than d, the node is quarantined until d minus it from now (a quarantine is only
+// ever extended, never shortened); a changed run_id shows in the error message. A
+// restart closes every open connection, so the next call dials and sees the new
+// process: no check is needed per operation. While quarantined, Acquire returns a
+// *QuarantineError (errors.Is ErrQuarantined) without sending anything, which the
+// lock client counts as a failed vote; Release, Extend and WriteFence work as
+// usual, so holders can still clean up. A node that started less than d before the
+// client first connects is quarantined too: the client cannot know what it held.
+//
+// The check costs one round trip per new connection, none per call. It applies to
+// nodes made by Dial (FromPool does not dial). It relies on the node's wall clock
+// for the uptime, so a forward clock step on the node (itself a safety violation)
+// shortens it. If INFO fails or lacks those fields, the new connection is refused
+// with the error (a failed vote, for every kind of call).
+func WithRestartQuarantine(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 || d > MaxRestartQuarantine {
+			return fmt.Errorf("%w: restart quarantine %v must be in (0, %v]", ErrInvalidOption, d, MaxRestartQuarantine)
+		}
+		c.quarantine = &quarantine{d: d} // one state per node: options are applied per Dial
+		return nil
+	})
+}
+
+// quarantine is the restart detector of one node.
+type quarantine struct {
+	d time.Duration
+
+	mu    sync.Mutex
+	runID string // last run id seen
+	cur   atomic.Pointer[QuarantineError]
+}
+
+// dialed checks a freshly dialed connection. It returns the connection, wrapped
+// when the node is quarantined so that acquisitions on it are refused, or an
+// error (after closing c) when the check could not be made.
+func (q *quarantine) dialed(ctx context.Context, c redis.Conn) (redis.Conn, error) {
+	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "server"))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("node: restart check: INFO server: %w", err)
+	}
+	now := time.Now()
+	runID, uptime, err := parseServerInfo(info)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	prev := q.runID
+	q.runID = runID
+	up := max(0, uptime-time.Second) // Redis rounds the uptime up to the second
+	if up < q.d {
+		e := &QuarantineError{RunID: runID, Uptime: uptime, Until: now.Add(q.d - up), Quarantine: q.d}
+		if prev != "" && prev != runID {
+			e.PrevRunID = prev
+		}
+		if old := q.cur.Load(); old == nil || e.Until.After(old.Until) {
+			q.cur.Store(e)
+		}
+	}
+	if e := q.cur.Load(); e != nil && now.Before(e.Until) {
+		return &quarantinedConn{Conn: c, q: q}, nil
+	}
+	return c, nil // the common case: nothing to check per call
+}
+
+// refusal returns the current quarantine, or nil once it has ended.
+func (q *quarantine) refusal() error {
+	if e := q.cur.Load(); e != nil && time.Now().Before(e.Until) {
+		return e
+	}
+	return nil
+}
+
+// parseServerInfo reads run_id and uptime_in_seconds from INFO server.
+func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
+	up := int64(-1)
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			if up, err = strconv.ParseInt(v, 10, 64); err != nil || up < 0 {
+				return "", 0, fmt.Errorf("%w: restart check: uptime_in_seconds %q", ErrUnexpectedReply, v)
+			}
+		}
+	}
+	if runID == "" || up < 0 {
+		return "", 0, fmt.Errorf("%w: restart check: INFO server lacks run_id or uptime_in_seconds", ErrUnexpectedReply)
+	}
+	if up > int64(MaxRestartQuarantine/time.Second)*2 {
+		up = int64(MaxRestartQuarantine/time.Second) * 2 // far beyond any quarantine; avoids overflow
+	}
+	return runID, time.Duration(up) * time.Second, nil
+}
+
+// quarantinedConn is a connection dialed while its node was quarantined: it
+// refuses the acquire script until the quarantine ends, and passes everything
+// else through.
+type quarantinedConn struct {
+	redis.Conn
+	q *quarantine
+}
+
+var (
+	_ redis.ConnWithContext = (*quarantinedConn)(nil)
+	_ redis.ConnWithTimeout = (*quarantinedConn)(nil)
+)
+
+// isAcquire reports whether a command runs the acquire script (EVALSHA, or the
+// EVAL fallback on NOSCRIPT).
+func isAcquire(cmd string, args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	s, _ := args[0].(string)
+	switch {
+	case strings.EqualFold(cmd, "EVALSHA"):
+		return s == acquireScript.Hash()
+	case strings.EqualFold(cmd, "EVAL"):
+		return s == acquireSrc
+	}
+	return false
+}
+
+func (c *quarantinedConn) check(cmd string, args []any) error {
+	if isAcquire(cmd, args) {
+		return c.q.refusal()
+	}
+	return nil
+}
+
+// Do implements redis.Conn.
+func (c *quarantinedConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.check(cmd, args); err != nil {
+		return nil, err
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+// Send implements redis.Conn.
+func (c *quarantinedConn) Send(cmd string, args ...any) error {
+	if err := c.check(cmd, args); err != nil {
+		return err
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+// DoContext implements redis.ConnWithContext.
+func (c *quarantinedConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.check(cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+// ReceiveContext implements redis.ConnWithContext.
+func (c *quarantinedConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// DoWithTimeout implements redis.ConnWithTimeout.
+func (c *quarantinedConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if err := c.check(cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// ReceiveWithTimeout implements redis.ConnWithTimeout.
+func (c *quarantinedConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}

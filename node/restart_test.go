@@ -1,0 +1,157 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/node"
+)
+
+func TestRestartQuarantineOption(t *testing.T) {
+	for name, d := range map[string]time.Duration{
+		"zero":     0,
+		"negative": -time.Second,
+		"too long": node.MaxRestartQuarantine + time.Millisecond,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := node.Dial("redis://localhost", node.WithRestartQuarantine(d))
+			assert.ErrorIs(t, err, node.ErrInvalidOption)
+		})
+	}
+	n, err := node.Dial("redis://localhost", node.WithRestartQuarantine(node.MaxRestartQuarantine))
+	require.NoError(t, err)
+	require.NoError(t, n.Close())
+}
+
+// acquire takes key on n with a 2s bound.
+func acquire(t *testing.T, n node.Node, key, token string) (node.Acquired, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return n.Acquire(ctx, key, key+":fence", token, 10*time.Second)
+}
+
+// waitQuarantine sleeps until the quarantine qe has ended.
+func waitQuarantine(qe *node.QuarantineError) {
+	time.Sleep(time.Until(qe.Until) + time.Millisecond)
+}
+
+func TestRestartQuarantine(t *testing.T) {
+	srv := redistest.Start(t)
+	const d = 400 * time.Millisecond
+	n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(d))
+	require.NoError(t, err)
+	defer n.Close()
+	ctx := context.Background()
+
+	// The server has just started: the node is quarantined for d from the first
+	// connection, and nothing is written.
+	before := time.Now()
+	_, err = acquire(t, n, "k", "t1")
+	require.ErrorIs(t, err, node.ErrQuarantined)
+	var qe *node.QuarantineError
+	require.ErrorAs(t, err, &qe)
+	assert.Empty(t, qe.PrevRunID)
+	assert.Len(t, qe.RunID, 40)
+	assert.Equal(t, d, qe.Quarantine)
+	assert.WithinDuration(t, before.Add(d), qe.Until, 200*time.Millisecond)
+	assert.Contains(t, err.Error(), "up only")
+	assert.Contains(t, err.Error(), "grants no lock until")
+	assert.Empty(t, srv.Keys("*"), "a quarantined node must not receive the SET")
+
+	// Release, Extend and WriteFence still reach the node.
+	_, err = srv.Do("SET", "k", "t0", "PX", 10000)
+	require.NoError(t, err)
+	ok, err := n.Extend(ctx, "k", "t0", 20*time.Second)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = n.WriteFence(ctx, "k", "k:fence", "t0", 7)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = n.Release(ctx, "k", "t0", false)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	require.NoError(t, n.Ping(ctx))
+
+	// Once the quarantine is over, the same (pooled) connection acquires.
+	waitQuarantine(qe)
+	a, err := acquire(t, n, "k", "t1")
+	require.NoError(t, err)
+	assert.True(t, a.OK)
+	assert.Equal(t, uint64(7), a.Fence)
+
+	// A restart loses the key. The pooled connection breaks (a failed vote); the
+	// next one sees the new run id and the node is quarantined again.
+	srv.Kill()
+	srv.Restart()
+	_, err = acquire(t, n, "k", "t2")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, node.ErrQuarantined, "the broken connection fails first")
+	_, err = acquire(t, n, "k", "t2")
+	require.ErrorIs(t, err, node.ErrQuarantined)
+	require.ErrorAs(t, err, &qe)
+	assert.NotEmpty(t, qe.PrevRunID)
+	assert.NotEqual(t, qe.PrevRunID, qe.RunID)
+	assert.Contains(t, err.Error(), "restarted")
+	assert.Empty(t, srv.Keys("*"))
+
+	waitQuarantine(qe)
+	a, err = acquire(t, n, "k", "t2")
+	require.NoError(t, err)
+	assert.True(t, a.OK)
+	assert.False(t, a.HasFence, "the counter was lost with the restart")
+}
+
+func TestRestartQuarantineLongRunningNode(t *testing.T) {
+	srv := redistest.Start(t)
+	// Redis reports the uptime in whole seconds of its wall clock, which may
+	// overstate it by up to a second: wait until it reads 2s (at least 1s up).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, err := redis.String(srv.Do("INFO", "server"))
+		require.NoError(t, err)
+		if !strings.Contains(info, "uptime_in_seconds:0\r") && !strings.Contains(info, "uptime_in_seconds:1\r") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "uptime did not reach 2s")
+		time.Sleep(50 * time.Millisecond)
+	}
+	n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(500*time.Millisecond))
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := acquire(t, n, "k", "t1")
+	require.NoError(t, err, "a node up for longer than the quarantine counts at once")
+	assert.True(t, a.OK)
+}
+
+func TestRestartQuarantineWithoutOptionIsOff(t *testing.T) {
+	srv := redistest.Start(t)
+	n, err := node.Dial(srv.URL())
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := acquire(t, n, "k", "t1")
+	require.NoError(t, err)
+	assert.True(t, a.OK)
+}
+
+func TestRestartQuarantineNeedsInfo(t *testing.T) {
+	// miniredis does not implement INFO server: the check cannot be made, so the
+	// connection is refused rather than trusted.
+	m := miniredis.RunT(t)
+	n, err := node.Dial("redis://"+m.Addr(), node.WithRestartQuarantine(time.Second))
+	require.NoError(t, err)
+	defer n.Close()
+	err = n.Ping(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "restart check")
+	assert.False(t, errors.Is(err, node.ErrQuarantined))
+}

@@ -1,0 +1,185 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/node"
+)
+
+// queue lines up this client's goroutines waiting in Lock for one resource, so
+// that they take turns (first come, first served) instead of all hammering the
+// nodes: only the head of the queue makes attempts.
+type queue struct {
+	waiters []chan struct{} // waiters[0] is the head; its channel is closed
+	poke    chan struct{}   // wakes the head when a lock of this client is released
+}
+
+// enterQueue waits until the caller is at the head of resource's queue, or ctx
+// ends. The returned leave must be called in both cases.
+func (c *Client) enterQueue(ctx context.Context, resource string) (poke <-chan struct{}, leave func(), err error) {
+	me := make(chan struct{})
+	c.qmu.Lock()
+	q := c.queues[resource]
+	if q == nil {
+		q = &queue{poke: make(chan struct{}, 1)}
+		c.queues[resource] = q
+	}
+	q.waiters = append(q.waiters, me)
+	if len(q.waiters) == 1 {
+		close(me)
+	}
+	c.qmu.Unlock()
+
+	leave = func() {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		for i, w := range q.waiters {
+			if w != me {
+				continue
+			}
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			if i == 0 && len(q.waiters) > 0 {
+				close(q.waiters[0])
+			}
+			break
+		}
+		if len(q.waiters) == 0 {
+			delete(c.queues, resource)
+		}
+	}
+	select {
+	case <-me:
+		return q.poke, leave, nil
+	case <-ctx.Done():
+		return q.poke, leave, ctx.Err()
+	}
+}
+
+// heldHere reports whether a lock on resource taken through this client is
+// held (not yet released): then an attempt is bound to fail.
+func (c *Client) heldHere(resource string) bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.held[resource] > 0
+}
+
+// tookHere records a lock taken through this client.
+func (c *Client) tookHere(resource string) {
+	c.qmu.Lock()
+	c.held[resource]++
+	c.qmu.Unlock()
+}
+
+// releasedHere records that a lock taken through this client was released, and
+// wakes the first of this client's waiters for the resource at once.
+func (c *Client) releasedHere(resource string) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.held[resource]--; c.held[resource] <= 0 {
+		delete(c.held, resource)
+	}
+	if q := c.queues[resource]; q != nil {
+		select {
+		case q.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// releaseWatch listens for release notifications of one lock key on every node
+// that supports them.
+type releaseWatch struct {
+	notify chan struct{}
+	mu     sync.Mutex
+	stops  []func()
+	wg     sync.WaitGroup
+	done   chan struct{}
+}
+
+// watchReleases subscribes to key's release notifications on all nodes at once
+// and returns as soon as one node confirmed its subscription (or all failed, or
+// the node timeout passed): from then on a release is not missed.
+func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
+	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
+	var watchers []node.Watcher
+	for _, nd := range c.nodes {
+		if w, ok := nd.(node.Watcher); ok {
+			watchers = append(watchers, w)
+		}
+	}
+	confirmed := make(chan bool, len(watchers))
+	for _, w := range watchers {
+		rw.wg.Add(1)
+		go func() {
+			defer rw.wg.Done()
+			ch, stop, err := w.Watch(ctx, key)
+			if stop != nil {
+				rw.mu.Lock()
+				rw.stops = append(rw.stops, stop)
+				rw.mu.Unlock()
+			}
+			confirmed <- err == nil && stop != nil
+			if ch == nil {
+				return
+			}
+			for {
+				select {
+				case <-ch:
+					select {
+					case rw.notify <- struct{}{}:
+					default:
+					}
+				case <-rw.done:
+					return
+				}
+			}
+		}()
+	}
+	for range watchers {
+		select {
+		case ok := <-confirmed:
+			if ok {
+				return rw
+			}
+		case <-ctx.Done():
+			return rw
+		}
+	}
+	return rw
+}
+
+// stop ends the watch.
+func (rw *releaseWatch) stop() {
+	close(rw.done)
+	rw.wg.Wait()
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	for _, s := range rw.stops {
+		s()
+	}
+}
+
+// waitRetry waits for a release notification from the nodes or from this
+// client (woken), the backoff timer, or ctx.
+func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (woken bool, err error) {
+	t := time.NewTimer(backoff)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if rw != nil {
+		notify = rw.notify
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.C:
+		return false, nil
+	case <-notify:
+		return true, nil
+	case <-local:
+		return true, nil
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"time"
 
 	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/quorum"
@@ -82,15 +83,24 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 		return fail(ErrLockLost, errCounterMissing)
 	}
 
-	// Suspects get the token too, in the same round trip: it is above every
+	// One round trip to every node: the trusted nodes write T back inside the
+	// lock (only they count); every other node is raised to T. T is above every
 	// token established before (the trusted majority's counters bound them all),
-	// so raising a suspect to it repairs it. Their answers do not count.
-	targets := append(append([]int(nil), eligible...), suspect...)
-	call := quorum.Start(ctx, len(targets), func(ctx context.Context, j int) (struct{}, bool, error) {
+	// so raising repairs suspects, and gives nodes that never saw the resource a
+	// counter, so that they are not mistaken for wiped nodes later.
+	isEligible := make([]bool, n)
+	for _, i := range eligible {
+		isEligible[i] = true
+	}
+	start := c.cfg.clock.Now()
+	call := quorum.Start(ctx, n, func(ctx context.Context, i int) (struct{}, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 		defer cancel()
-		ok, err := c.nodes[targets[j]].WriteFence(ctx, l.key, l.fenceKey, l.token, token)
-		return struct{}{}, ok && j < len(eligible), err
+		if !isEligible[i] {
+			return struct{}{}, false, c.nodes[i].RaiseFence(ctx, l.fenceKey, token)
+		}
+		ok, err := c.nodes[i].WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+		return struct{}{}, ok, err
 	}, quorum.Options[struct{}]{Need: quorum.Majority(n), Go: c.spawn, Now: c.cfg.clock.Now})
 	o := call.Wait(ctx)
 	if !o.Success {
@@ -98,24 +108,25 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 		if !o.Decided {
 			kind = ErrUnavailable
 		}
-		qe := quorumError("fence", l.resource, kind, pick(c.nodes, targets), o)
-		qe.Nodes = n
+		qe := quorumError("fence", l.resource, kind, c.nodes, o)
 		if !o.Decided {
 			qe.Cause = ctx.Err()
 		}
 		return 0, qe
 	}
 	l.fence = token
-	if len(suspect) > 0 {
-		// Let the repairs land while the lock is certainly still ours.
-		select {
-		case <-call.Settled():
-		case <-ctx.Done():
-		}
-		for j, r := range call.Replies()[len(eligible):] {
-			if r.Done && r.Err == nil {
-				c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[suspect[j]].Name())
-			}
+	// Give the other nodes as long again as the majority took, so that the next
+	// grant finds their counters; a slow or paused node is not waited for.
+	grace := time.NewTimer(max(c.cfg.clock.Now().Sub(start), time.Millisecond))
+	select {
+	case <-call.Settled():
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	grace.Stop()
+	for _, i := range suspect {
+		if r := call.Replies()[i]; r.Done && r.Err == nil {
+			c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[i].Name())
 		}
 	}
 	c.log(ctx, slog.LevelDebug, "lock fenced", l.key, l.token, "fence", token)
@@ -158,12 +169,4 @@ func anyCounter(replies []quorum.Reply[node.Acquired]) bool {
 		}
 	}
 	return false
-}
-
-func pick(nodes []node.Node, idx []int) []node.Node {
-	out := make([]node.Node, len(idx))
-	for j, i := range idx {
-		out[j] = nodes[i]
-	}
-	return out
 }

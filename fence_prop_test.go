@@ -129,6 +129,16 @@ func (m *memNode) WriteFence(_ context.Context, key, fenceKey, token string, f u
 	return true, nil
 }
 
+func (m *memNode) RaiseFence(_ context.Context, fenceKey string, f uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return errDown
+	}
+	m.fence[fenceKey] = max(m.fence[fenceKey], f)
+	return nil
+}
+
 func (m *memNode) set(down bool) { m.mu.Lock(); m.down = down; m.mu.Unlock() }
 
 func (m *memNode) wipe() {

@@ -35,6 +35,9 @@ type Node interface {
 	// WriteFence raises the counter at fenceKey to at least fence, only if key
 	// still holds token, and reports whether key held token.
 	WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error)
+	// RaiseFence raises the counter at fenceKey to at least fence, whoever holds
+	// the lock.
+	RaiseFence(ctx context.Context, fenceKey string, fence uint64) error
 	// Close releases the node's resources (connections).
 	Close() error
 }
@@ -149,11 +152,15 @@ var extendSrc string
 //go:embed writefence.lua
 var writeFenceSrc string
 
+//go:embed raisefence.lua
+var raiseFenceSrc string
+
 var (
 	acquireScript = redis.NewScript(2, acquireSrc)
 	releaseScript = redis.NewScript(1, releaseSrc)
 	extendScript  = redis.NewScript(1, extendSrc)
 	fenceScript   = redis.NewScript(2, writeFenceSrc)
+	raiseScript   = redis.NewScript(1, raiseFenceSrc)
 )
 
 // Redis is a Node backed by a redigo connection pool. It is safe for concurrent use.
@@ -341,6 +348,12 @@ func (r *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration
 // WriteFence implements Node.
 func (r *Redis) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
 	return r.flag(ctx, fenceScript, key, fenceKey, token, strconv.FormatUint(fence, 10))
+}
+
+// RaiseFence implements Node.
+func (r *Redis) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
+	_, err := r.flag(ctx, raiseScript, fenceKey, strconv.FormatUint(fence, 10))
+	return err
 }
 
 func (r *Redis) flag(ctx context.Context, s *redis.Script, keysAndArgs ...any) (bool, error) {

@@ -101,7 +101,7 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 		}
 		ok, err := c.nodes[i].WriteFence(ctx, l.key, l.fenceKey, l.token, token)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Need: quorum.Majority(n), Go: c.spawn, Now: c.cfg.clock.Now})
+	}, quorum.Options[struct{}]{Need: quorum.Majority(n), Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "fence")})
 	o := call.Wait(ctx)
 	if !o.Success {
 		kind := ErrLockLost

@@ -119,7 +119,9 @@ func watchLease(ctx context.Context, cancel context.CancelCauseFunc, locks []*Lo
 		}
 		left := time.Until(earliest.Add(-margin))
 		if left <= 0 {
-			cancel(&errLeaseEnded{resource: who})
+			err := &errLeaseEnded{resource: who}
+			cancel(err)
+			locks[0].c.lost(who, err)
 			return
 		}
 		t := time.NewTimer(left)
@@ -238,9 +240,17 @@ func renew(ctx context.Context, cancel context.CancelCauseFunc, locks []*Lock, e
 			err := l.Extend(ectx)
 			ecancel()
 			if errors.Is(err, ErrLockLost) {
+				if h := c.cfg.hooks.OnRenewalFailure; h != nil {
+					h(RenewalFailureEvent{Resource: l.resource, Err: err})
+				}
 				c.log(ctx, slog.LevelWarn, "renewal refused: lock lost", l.key, l.token)
 				cancel(err)
 				return
+			}
+			if err != nil {
+				if h := c.cfg.hooks.OnRenewalFailure; h != nil {
+					h(RenewalFailureEvent{Resource: l.resource, Err: err})
+				}
 			}
 			failed = errors.Join(failed, err)
 		}

@@ -21,6 +21,8 @@ type Lock struct {
 	ttl      time.Duration
 	acquire  *quorum.Call[node.Acquired]
 
+	acquiredAt time.Time
+
 	op sync.Mutex // serialises Extend and Release
 
 	mu       sync.Mutex
@@ -108,12 +110,15 @@ func (l *Lock) Extend(ctx context.Context) error {
 		defer cancel()
 		ok, err := c.nodes[i].Extend(ctx, l.key, l.token, l.ttl)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now})
+	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "extend")})
 	o := call.Wait(ctx)
 	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
 		l.setUntil(start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor)))
 		c.log(ctx, slog.LevelDebug, "lock extended", l.key, l.token, "agreed", o.Yes)
+		if h := c.cfg.hooks.OnExtend; h != nil {
+			h(ExtendEvent{Resource: l.resource, OK: true})
+		}
 		return nil
 	}
 	kind := ErrUnavailable
@@ -128,6 +133,12 @@ func (l *Lock) Extend(ctx context.Context) error {
 		qe.Cause = ctx.Err()
 	}
 	c.log(ctx, slog.LevelWarn, "lock not extended", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	if h := c.cfg.hooks.OnExtend; h != nil {
+		h(ExtendEvent{Resource: l.resource, Err: qe})
+	}
+	if kind == ErrLockLost {
+		c.lost(l.resource, qe)
+	}
 	return qe
 }
 
@@ -162,10 +173,19 @@ func (l *Lock) Release(ctx context.Context) error {
 		defer cancel()
 		ok, err := c.nodes[i].Release(ctx, l.key, l.token, true)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now})
+	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "release")})
 	o := call.Wait(ctx)
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
+	err := l.releaseResult(ctx, o)
+	if h := c.cfg.hooks.OnRelease; h != nil {
+		h(ReleaseEvent{Resource: l.resource, Held: c.cfg.clock.Now().Sub(l.acquiredAt), Err: err})
+	}
+	return err
+}
+
+func (l *Lock) releaseResult(ctx context.Context, o quorum.Outcome[struct{}]) error {
+	c := l.c
 	if o.Success {
 		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
 		return nil

@@ -40,6 +40,7 @@ type config struct {
 	logger      *slog.Logger
 	clock       clock.Clock
 	nodeOpts    []node.Option
+	hooks       Hooks
 }
 
 func defaultConfig() config {
@@ -69,6 +70,7 @@ type lockOptionFunc func(*lockConfig) error
 func (f lockOptionFunc) applyLock(c *lockConfig) error { return f(c) }
 
 type lockConfig struct {
+	attempts   *int // counts attempts for hooks, when set
 	fence      bool
 	maxHold    time.Duration
 	renewEvery time.Duration

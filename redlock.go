@@ -170,6 +170,17 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 	if err != nil {
 		return nil, err
 	}
+	if h := c.cfg.hooks.OnAcquire; h != nil {
+		start, attempts := c.cfg.clock.Now(), 0
+		lc.attempts = &attempts
+		l, err := c.lock(ctx, resource, lc)
+		h(AcquireEvent{Resource: resource, Acquired: err == nil, Wait: c.cfg.clock.Now().Sub(start), Attempts: attempts, Err: err})
+		return l, err
+	}
+	return c.lock(ctx, resource, lc)
+}
+
+func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
 	local, leave, err := c.enterQueue(ctx, resource)
@@ -226,6 +237,12 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 	lc, err := c.lockConfig(resource, opts)
 	if err != nil {
 		return nil, err
+	}
+	if h := c.cfg.hooks.OnAcquire; h != nil {
+		start := c.cfg.clock.Now()
+		l, err := c.try(ctx, resource, lc)
+		h(AcquireEvent{Resource: resource, Acquired: err == nil, Wait: c.cfg.clock.Now().Sub(start), Attempts: 1, Err: err})
+		return l, err
 	}
 	return c.try(ctx, resource, lc)
 }
@@ -303,16 +320,23 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		defer cancel()
 		a, err := c.nodes[i].Acquire(ctx, key, fenceKey, token, ttl)
 		return a, a.OK, err
-	}, quorum.Options[node.Acquired]{Undo: undo, Go: c.spawn, Now: c.cfg.clock.Now})
+	}, quorum.Options[node.Acquired]{Undo: undo, Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[node.Acquired](c, "acquire")})
 
 	o := call.Wait(ctx)
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(ttl, now.Sub(start), c.cfg.driftFactor)
+	if lc.attempts != nil {
+		*lc.attempts++
+	}
+	if h := c.cfg.hooks.OnAttempt; h != nil {
+		h(AttemptEvent{Resource: resource, Acquired: o.Success && validity > 0, Agreed: o.Yes, Refused: o.No,
+			Failed: o.Failed, Elapsed: now.Sub(start), Validity: validity})
+	}
 	if o.Success && validity > 0 {
 		l := &Lock{
 			c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl,
-			acquire: call,
-			until:   start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
+			acquire: call, acquiredAt: now,
+			until: start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
 		}
 		c.tookHere(resource)
 		c.log(ctx, slog.LevelDebug, "lock acquired", key, token, "agreed", o.Yes, "validity", validity)

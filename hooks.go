@@ -1,0 +1,115 @@
+package redlock
+
+import (
+	"time"
+
+	"github.com/redlock-go/redlock/quorum"
+)
+
+// Hooks observe what a Client does, for metrics and tracing. Every field is
+// optional and a nil field costs nothing. Hooks run synchronously in the
+// goroutine doing the work (node replies in the node's goroutine): keep them
+// fast and safe for concurrent use. Events carry the resource name as given by
+// the application; an exporter should map it to a bounded label set.
+type Hooks struct {
+	// OnAttempt follows every acquisition attempt (one per TryLock, one per
+	// try inside Lock).
+	OnAttempt func(AttemptEvent)
+	// OnAcquire follows every Lock or TryLock call, with its outcome.
+	OnAcquire func(AcquireEvent)
+	// OnNodeReply follows every node's answer to every operation, stragglers
+	// included.
+	OnNodeReply func(NodeReplyEvent)
+	// OnExtend follows every Extend (including Do's renewals).
+	OnExtend func(ExtendEvent)
+	// OnRenewalFailure follows a failed renewal in Do (retried until the
+	// validity runs out, unless the lock is known to be lost).
+	OnRenewalFailure func(RenewalFailureEvent)
+	// OnLost reports that a lock can no longer be trusted: Extend found it gone,
+	// or the validity watched by Do or Lock.Context ran out.
+	OnLost func(LostEvent)
+	// OnRelease follows every Release, with how long the lock was held.
+	OnRelease func(ReleaseEvent)
+}
+
+// WithHooks sets the client's hooks.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) error { c.hooks = h; return nil })
+}
+
+// AttemptEvent describes one acquisition attempt.
+type AttemptEvent struct {
+	Resource string
+	// Acquired is true when the attempt took the lock.
+	Acquired bool
+	// Agreed, Refused and Failed count the node answers when it was decided.
+	Agreed, Refused, Failed int
+	// Elapsed is how long the attempt took; Validity what was left of the
+	// lease (meaningful when a majority agreed).
+	Elapsed, Validity time.Duration
+}
+
+// AcquireEvent describes a Lock or TryLock call.
+type AcquireEvent struct {
+	Resource string
+	Acquired bool
+	// Wait is the time from the call to its return; Attempts the number of
+	// attempts made.
+	Wait     time.Duration
+	Attempts int
+	Err      error
+}
+
+// NodeReplyEvent describes one node's answer.
+type NodeReplyEvent struct {
+	// Node is the node's name; Op one of "acquire", "extend", "release", "fence".
+	Node, Op string
+	// OK is true when the node agreed.
+	OK      bool
+	Err     error
+	Latency time.Duration
+}
+
+// ExtendEvent describes an Extend call.
+type ExtendEvent struct {
+	Resource string
+	OK       bool
+	Err      error
+}
+
+// RenewalFailureEvent describes a failed renewal in Do.
+type RenewalFailureEvent struct {
+	Resource string
+	Err      error
+}
+
+// LostEvent describes a lock that can no longer be trusted.
+type LostEvent struct {
+	Resource string
+	Err      error
+}
+
+// ReleaseEvent describes a Release call.
+type ReleaseEvent struct {
+	Resource string
+	// Held is the time from acquisition to release.
+	Held time.Duration
+	Err  error
+}
+
+// onReply returns the quorum reply callback for op, or nil without a hook.
+func onReply[T any](c *Client, op string) func(int, quorum.Reply[T]) {
+	h := c.cfg.hooks.OnNodeReply
+	if h == nil {
+		return nil
+	}
+	return func(i int, r quorum.Reply[T]) {
+		h(NodeReplyEvent{Node: c.nodes[i].Name(), Op: op, OK: r.Yes(), Err: r.Err, Latency: r.Latency})
+	}
+}
+
+func (c *Client) lost(resource string, err error) {
+	if h := c.cfg.hooks.OnLost; h != nil {
+		h(LostEvent{Resource: resource, Err: err})
+	}
+}

@@ -1,0 +1,111 @@
+package redlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+)
+
+// recorder counts hook events.
+type recorder struct {
+	mu       sync.Mutex
+	attempts map[bool]int
+	acquires map[bool]int
+	nodes    map[string]int // op -> replies
+	extends  map[bool]int
+	renewals int
+	lost     int
+	releases int
+	held     []time.Duration
+}
+
+func newRecorder() *recorder {
+	return &recorder{attempts: map[bool]int{}, acquires: map[bool]int{}, nodes: map[string]int{}, extends: map[bool]int{}}
+}
+
+func (r *recorder) hooks() redlock.Hooks {
+	return redlock.Hooks{
+		OnAttempt:        func(e redlock.AttemptEvent) { r.mu.Lock(); r.attempts[e.Acquired]++; r.mu.Unlock() },
+		OnAcquire:        func(e redlock.AcquireEvent) { r.mu.Lock(); r.acquires[e.Acquired]++; r.mu.Unlock() },
+		OnNodeReply:      func(e redlock.NodeReplyEvent) { r.mu.Lock(); r.nodes[e.Op]++; r.mu.Unlock() },
+		OnExtend:         func(e redlock.ExtendEvent) { r.mu.Lock(); r.extends[e.OK]++; r.mu.Unlock() },
+		OnRenewalFailure: func(redlock.RenewalFailureEvent) { r.mu.Lock(); r.renewals++; r.mu.Unlock() },
+		OnLost:           func(redlock.LostEvent) { r.mu.Lock(); r.lost++; r.mu.Unlock() },
+		OnRelease: func(e redlock.ReleaseEvent) {
+			r.mu.Lock()
+			r.releases++
+			r.held = append(r.held, e.Held)
+			r.mu.Unlock()
+		},
+	}
+}
+
+func TestHooks(t *testing.T) {
+	rec := newRecorder()
+	c, servers := cluster(t, 3, redlock.WithHooks(rec.hooks()), redlock.WithTTL(time.Second))
+	ctx := ctxT(t, 20*time.Second)
+
+	a, err := c.TryLock(ctx, "h") // acquired
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, "h") // conflict
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = c.Lock(short, "h") // waits, gives up
+	cancel()
+	require.Error(t, err)
+	require.NoError(t, a.Extend(ctx))
+	require.NoError(t, a.Release(ctx))
+
+	// A lost lock: its keys vanish, Extend finds out.
+	b, err := c.TryLock(ctx, "h")
+	require.NoError(t, err)
+	for _, s := range servers {
+		_, err := s.Do("DEL", "redlock:{h}")
+		require.NoError(t, err)
+	}
+	require.ErrorIs(t, b.Extend(ctx), redlock.ErrLockLost)
+	require.NoError(t, c.Close()) // stragglers' node replies are in
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.Equal(t, 2, rec.acquires[true])
+	assert.Equal(t, 2, rec.acquires[false], "TryLock conflict and Lock timeout")
+	assert.Equal(t, 2, rec.attempts[true])
+	assert.GreaterOrEqual(t, rec.attempts[false], 2)
+	assert.Equal(t, 1, rec.extends[true])
+	assert.Equal(t, 1, rec.extends[false])
+	assert.Equal(t, 1, rec.lost)
+	assert.Equal(t, 1, rec.releases)
+	assert.Equal(t, 3*(rec.attempts[true]+rec.attempts[false]), rec.nodes["acquire"], "every node's reply to every attempt")
+	assert.Equal(t, 3, rec.nodes["release"])
+	assert.Equal(t, 6, rec.nodes["extend"])
+	assert.Greater(t, rec.held[0], time.Duration(0))
+}
+
+func TestHooksRenewalFailureAndLoss(t *testing.T) {
+	rec := newRecorder()
+	c, servers := cluster(t, 3, redlock.WithHooks(rec.hooks()), redlock.WithTTL(600*time.Millisecond),
+		redlock.WithNodeTimeout(100*time.Millisecond))
+	defer func() {
+		for _, s := range servers[:2] {
+			s.Resume()
+		}
+	}()
+	err := c.Do(ctxT(t, 20*time.Second), "r", func(ctx context.Context) error {
+		servers[0].Pause()
+		servers[1].Pause()
+		<-ctx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	assert.GreaterOrEqual(t, rec.renewals, 1)
+	assert.Equal(t, 1, rec.lost, "validity ran out under Do")
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,5 +202,35 @@ func benchHandoff(b *testing.B, servers []*redistest.Server, nc int) {
 	b.ReportMetric(float64(after-before)/float64(b.N), "cmds/acq")
 	if hi > 0 {
 		b.ReportMetric(float64(lo)/float64(hi), "fairness")
+	}
+}
+
+// BenchmarkThroughput runs Lock+Release from 32 goroutines, each on its own key,
+// against real nodes (ops/s is b.N divided by the time).
+func BenchmarkThroughput(b *testing.B) {
+	for _, n := range []int{1, 3, 5} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			c, _ := cluster(b, n)
+			ctx := context.Background()
+			var id atomic.Int64
+			b.SetParallelism(16) // 32 goroutines on 2 cores
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := fmt.Sprintf("tp-%d", id.Add(1))
+				for pb.Next() {
+					l, err := c.TryLock(ctx, key)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
 	}
 }

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/tls"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -75,11 +77,10 @@ type optionFunc func(*config) error
 func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
-	timeout   time.Duration
-	maxIdle   int
-	maxActive int
-	tls       *tls.Config
-	name      string
+	timeout time.Duration
+	conns   int
+	tls     *tls.Config
+	name    string
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 }
@@ -97,15 +98,15 @@ func WithTimeout(d time.Duration) Option {
 	})
 }
 
-// WithPoolSize sets how many idle connections the node keeps (maxIdle) and how many
-// it opens at most (maxActive, 0 = no limit; callers beyond it wait, bounded by
-// their context).
-func WithPoolSize(maxIdle, maxActive int) Option {
+// WithConnections sets how many connections a dialed node pipelines its
+// commands over (default 1; 1 to 64). Commands of concurrent callers share them:
+// one connection batches best; more spread the client's work over more goroutines.
+func WithConnections(n int) Option {
 	return optionFunc(func(c *config) error {
-		if maxIdle < 0 || maxActive < 0 || maxIdle > 10000 || maxActive > 10000 {
-			return fmt.Errorf("%w: pool size idle=%d active=%d must be in [0, 10000]", ErrInvalidOption, maxIdle, maxActive)
+		if n < 1 || n > 64 {
+			return fmt.Errorf("%w: connections %d must be in [1, 64]", ErrInvalidOption, n)
 		}
-		c.maxIdle, c.maxActive = maxIdle, maxActive
+		c.conns = n
 		return nil
 	})
 }
@@ -128,7 +129,7 @@ func WithName(name string) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{timeout: DefaultTimeout, maxIdle: 64}
+	c := config{timeout: DefaultTimeout, conns: 1}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -156,20 +157,37 @@ var writeFenceSrc string
 var raiseFenceSrc string
 
 var (
-	acquireScript = redis.NewScript(2, acquireSrc)
-	releaseScript = redis.NewScript(1, releaseSrc)
-	extendScript  = redis.NewScript(1, extendSrc)
-	fenceScript   = redis.NewScript(2, writeFenceSrc)
-	raiseScript   = redis.NewScript(1, raiseFenceSrc)
+	acquireScript = newScript(2, acquireSrc)
+	releaseScript = newScript(1, releaseSrc)
+	extendScript  = newScript(1, extendSrc)
+	fenceScript   = newScript(2, writeFenceSrc)
+	raiseScript   = newScript(1, raiseFenceSrc)
 )
+
+// script is a Lua script sent by SHA-1 (EVALSHA), and in full (EVAL) when the
+// server answers NOSCRIPT.
+type script struct {
+	keys      int
+	src, hash string
+}
+
+func newScript(keys int, src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{keys: keys, src: src, hash: hex.EncodeToString(h[:])}
+}
+
+// Hash returns the script's SHA-1, as EVALSHA takes it.
+func (s *script) Hash() string { return s.hash }
 
 // Redis is a Node backed by a redigo connection pool. It is safe for concurrent use.
 type Redis struct {
-	sub     *subscriber
-	pool    *redis.Pool
-	name    string
-	timeout time.Duration
-	owned   bool
+	sub *subscriber
+	mux *mux // dialed nodes: pipelined connections
+	// quarantine refuses acquisitions after a restart (WithRestartQuarantine).
+	quarantine *quarantine
+	pool       *redis.Pool // nodes made by FromPool
+	name       string
+	timeout    time.Duration
 }
 
 var _ Node = (*Redis)(nil)
@@ -241,20 +259,16 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	if cfg.tls != nil {
 		dialOpts = append(dialOpts, redis.DialTLSConfig(cfg.tls))
 	}
-	pool := &redis.Pool{
-		MaxIdle:     cfg.maxIdle,
-		MaxActive:   cfg.maxActive,
-		Wait:        cfg.maxActive > 0,
-		IdleTimeout: 4 * time.Minute,
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			c, err := redis.DialURLContext(ctx, rawURL, dialOpts...)
-			if err != nil || cfg.quarantine == nil {
-				return c, err
-			}
-			return cfg.quarantine.dialed(ctx, c)
-		},
+	dial := func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, rawURL, dialOpts...)
+		if err != nil || cfg.quarantine == nil {
+			return c, err
+		}
+		return cfg.quarantine.dialed(ctx, c)
 	}
-	return newRedis(pool, name, cfg.timeout, true), nil
+	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial), quarantine: cfg.quarantine}
+	r.mux = newMux(cfg.conns, max(4*cfg.timeout, 2*time.Second), dial)
+	return r, nil
 }
 
 // FromPool returns a node that uses an existing pool. The pool's connections must
@@ -274,43 +288,40 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	return newRedis(pool, name, cfg.timeout, false), nil
-}
-
-func newRedis(pool *redis.Pool, name string, timeout time.Duration, owned bool) *Redis {
 	dial := pool.DialContext
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	sub := &subscriber{dial: dial, watches: map[string]map[*watch]struct{}{}, confirmed: map[string]chan struct{}{}}
-	return &Redis{sub: sub, pool: pool, name: name, timeout: timeout, owned: owned}
+	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial)}, nil
 }
 
 // Name returns the node's name.
 func (r *Redis) Name() string { return r.name }
 
-// Close stops release notifications and closes the node's pool if Dial created it.
+// Close stops release notifications and closes the connections Dial made; a
+// pool given to FromPool stays open.
 func (r *Redis) Close() error {
 	r.sub.close()
-	if r.owned {
-		return r.pool.Close()
+	if r.mux != nil {
+		r.mux.close()
 	}
 	return nil
 }
 
 // Ping checks that the node answers, within the context and the node's timeout.
 func (r *Redis) Ping(ctx context.Context) error {
-	_, err := r.do(ctx, func(ctx context.Context, c redis.Conn) (any, error) {
-		return redis.DoContext(c, ctx, "PING")
-	})
+	_, err := r.exec(ctx, "PING")
 	return err
 }
 
 // Acquire implements Node.
 func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	reply, err := r.do(ctx, func(ctx context.Context, c redis.Conn) (any, error) {
-		return acquireScript.DoContext(ctx, c, key, fenceKey, token, ttl.Milliseconds())
-	})
+	if r.quarantine != nil {
+		if err := r.quarantine.refusal(); err != nil {
+			return Acquired{}, err
+		}
+	}
+	reply, err := r.eval(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds())
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -356,10 +367,8 @@ func (r *Redis) RaiseFence(ctx context.Context, fenceKey string, fence uint64) e
 	return err
 }
 
-func (r *Redis) flag(ctx context.Context, s *redis.Script, keysAndArgs ...any) (bool, error) {
-	reply, err := r.do(ctx, func(ctx context.Context, c redis.Conn) (any, error) {
-		return s.DoContext(ctx, c, keysAndArgs...)
-	})
+func (r *Redis) flag(ctx context.Context, s *script, keysAndArgs ...any) (bool, error) {
+	reply, err := r.eval(ctx, s, keysAndArgs...)
 	if err != nil {
 		return false, err
 	}
@@ -370,15 +379,44 @@ func (r *Redis) flag(ctx context.Context, s *redis.Script, keysAndArgs ...any) (
 	return n == 1, nil
 }
 
-// do runs f on a pooled connection, the whole call bounded by ctx and the node's
-// timeout. A connection whose call timed out is closed by redigo, never reused.
-func (r *Redis) do(ctx context.Context, f func(context.Context, redis.Conn) (any, error)) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+// eval runs a script by SHA-1, and sends its source when the server does not
+// have it (NOSCRIPT: after a restart or SCRIPT FLUSH).
+func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
+	ctx, cancel := r.bound(ctx)
 	defer cancel()
+	args := make([]any, 0, 2+len(keysAndArgs))
+	args = append(append(args, s.hash, s.keys), keysAndArgs...)
+	v, err := r.execCtx(ctx, "EVALSHA", args...)
+	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
+		args[0] = s.src
+		v, err = r.execCtx(ctx, "EVAL", args...)
+	}
+	return v, err
+}
+
+// exec runs one command, bounded by ctx and the node's timeout.
+func (r *Redis) exec(ctx context.Context, cmd string, args ...any) (any, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	return r.execCtx(ctx, cmd, args...)
+}
+
+// bound applies the node's timeout to ctx, unless ctx already ends sooner.
+func (r *Redis) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= r.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, r.timeout)
+}
+
+func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, error) {
+	if r.mux != nil {
+		return r.mux.do(ctx, cmd, args...)
+	}
 	c, err := r.pool.GetContext(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close() // returns the connection to the pool, or drops it if it failed
-	return f(ctx, c)
+	defer c.Close() // back to the pool, or dropped if it failed
+	return redis.DoContext(c, ctx, cmd, args...)
 }

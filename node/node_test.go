@@ -49,10 +49,10 @@ func TestParseURL(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	for name, opt := range map[string]node.Option{
-		"zero timeout":  node.WithTimeout(0),
-		"huge timeout":  node.WithTimeout(time.Hour),
-		"negative pool": node.WithPoolSize(-1, 0),
-		"empty name":    node.WithName(" "),
+		"zero timeout":   node.WithTimeout(0),
+		"huge timeout":   node.WithTimeout(time.Hour),
+		"no connections": node.WithConnections(0),
+		"empty name":     node.WithName(" "),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := node.Dial("redis://localhost", opt)

@@ -197,6 +197,10 @@ func (s *subscriber) serve(ctx context.Context, c redis.Conn) {
 	}
 }
 
+func newSubscriber(dial func(context.Context) (redis.Conn, error)) *subscriber {
+	return &subscriber{dial: dial, watches: map[string]map[*watch]struct{}{}, confirmed: map[string]chan struct{}{}}
+}
+
 // close stops the subscriber and waits for it.
 func (s *subscriber) close() {
 	s.mu.Lock()

@@ -1,0 +1,214 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// errMuxClosed is returned for commands on a closed node.
+var errMuxClosed = errors.New("node: closed")
+
+// mux pipelines the commands of many goroutines over a few connections: each
+// connection has a writer that sends whatever commands are waiting in one write,
+// and a reader that matches replies to commands in order. This replaces one
+// connection (and one write and one read system call) per command in flight,
+// which is what bounds throughput when many goroutines lock at once.
+//
+// A command whose caller gives up (its context ends) stays in the pipeline; its
+// reply is dropped when it comes. Commands on one connection run in the order they
+// were sent, so a release sent after a timed-out acquisition on the same
+// connection runs after it on the server.
+type mux struct {
+	dial   func(context.Context) (redis.Conn, error)
+	health time.Duration // a reply later than this breaks the connection
+	next   atomic.Uint32
+	slots  []muxSlot
+	closed atomic.Bool
+}
+
+type muxSlot struct {
+	mu   sync.Mutex
+	conn *muxConn
+}
+
+type muxReq struct {
+	cmd   string
+	args  []any
+	reply chan muxResult // buffered: the reader never blocks on an absent caller
+}
+
+type muxResult struct {
+	v   any
+	err error
+}
+
+type muxConn struct {
+	c       redis.Conn
+	send    chan *muxReq
+	pending chan *muxReq
+	done    chan struct{} // closed when the connection failed or was closed
+	once    sync.Once
+	err     error
+}
+
+func newMux(conns int, health time.Duration, dial func(context.Context) (redis.Conn, error)) *mux {
+	return &mux{dial: dial, health: health, slots: make([]muxSlot, conns)}
+}
+
+// do sends one command and waits for its reply, or for ctx.
+func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
+	if m.closed.Load() {
+		return nil, errMuxClosed
+	}
+	mc, err := m.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := &muxReq{cmd: cmd, args: args, reply: make(chan muxResult, 1)}
+	select {
+	case mc.send <- req:
+	case <-mc.done:
+		return nil, mc.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-req.reply:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// conn returns a live connection of the next slot, dialing if needed.
+func (m *mux) conn(ctx context.Context) (*muxConn, error) {
+	s := &m.slots[int(m.next.Add(1))%len(m.slots)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		select {
+		case <-s.conn.done:
+			s.conn = nil
+		default:
+			return s.conn, nil
+		}
+	}
+	c, err := m.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.closed.Load() {
+		c.Close()
+		return nil, errMuxClosed
+	}
+	mc := &muxConn{c: c, send: make(chan *muxReq, 256), pending: make(chan *muxReq, 4096), done: make(chan struct{})}
+	go mc.write()
+	go mc.read(m.health)
+	s.conn = mc
+	return mc, nil
+}
+
+// fail closes the connection once, recording why.
+func (mc *muxConn) fail(err error) {
+	mc.once.Do(func() {
+		mc.err = err
+		close(mc.done)
+		mc.c.Close()
+	})
+}
+
+func (mc *muxConn) write() {
+	for {
+		var req *muxReq
+		select {
+		case req = <-mc.send:
+		case <-mc.done:
+			return
+		}
+		// Send this command and every one already waiting, then flush once.
+		yielded := false
+		for req != nil {
+			select {
+			case mc.pending <- req:
+			case <-mc.done:
+				req.reply <- muxResult{err: mc.err}
+				return
+			}
+			if err := mc.c.Send(req.cmd, req.args...); err != nil {
+				mc.fail(fmt.Errorf("node: send: %w", err))
+				return
+			}
+			select {
+			case req = <-mc.send:
+			default:
+				req = nil
+				if !yielded {
+					// Let the goroutines that are about to send join this write:
+					// one system call for many commands is the point.
+					yielded = true
+					runtime.Gosched()
+					select {
+					case req = <-mc.send:
+					default:
+					}
+				}
+			}
+		}
+		if err := mc.c.Flush(); err != nil {
+			mc.fail(fmt.Errorf("node: flush: %w", err))
+			return
+		}
+	}
+}
+
+func (mc *muxConn) read(health time.Duration) {
+	defer func() {
+		// Fail whatever is still waiting.
+		for {
+			select {
+			case req := <-mc.pending:
+				req.reply <- muxResult{err: mc.err}
+			default:
+				return
+			}
+		}
+	}()
+	for {
+		var req *muxReq
+		select {
+		case req = <-mc.pending:
+		case <-mc.done:
+			return
+		}
+		v, err := redis.ReceiveWithTimeout(mc.c, health)
+		if err != nil {
+			if _, ok := err.(redis.Error); !ok { // a broken or hung connection
+				mc.fail(fmt.Errorf("node: receive: %w", err))
+				req.reply <- muxResult{err: mc.err}
+				return
+			}
+		}
+		req.reply <- muxResult{v: v, err: err}
+	}
+}
+
+// close fails every connection and refuses new commands.
+func (m *mux) close() {
+	m.closed.Store(true)
+	for i := range m.slots {
+		s := &m.slots[i]
+		s.mu.Lock()
+		if s.conn != nil {
+			s.conn.fail(errMuxClosed)
+			s.conn = nil
+		}
+		s.mu.Unlock()
+	}
+}

@@ -25,6 +25,10 @@ var _ Watcher = (*Redis)(nil)
 const (
 	watchPing    = 5 * time.Second  // keep-alive of the subscriber connection
 	watchSilence = 12 * time.Second // no reply for this long: reconnect
+	// watchLinger keeps a key subscribed this long after its last watcher left,
+	// so that a client contending for a key again and again does not pay a
+	// SUBSCRIBE and an UNSUBSCRIBE round trip each time.
+	watchLinger = 2 * time.Second
 )
 
 // subscriber multiplexes every watch of one node over one connection.
@@ -35,6 +39,7 @@ type subscriber struct {
 	conn      redis.Conn // nil while disconnected
 	watches   map[string]map[*watch]struct{}
 	confirmed map[string]chan struct{} // closed when SUBSCRIBE is acknowledged
+	linger    map[string]*time.Timer   // keys without watchers, unsubscribed when it fires
 	running   bool
 	closed    bool
 	done      chan struct{} // closed when the run loop exits
@@ -65,6 +70,10 @@ func (r *Redis) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 		s.stopRun, s.done = cancel, make(chan struct{})
 		go s.run(runCtx)
 	}
+	if t := s.linger[key]; t != nil {
+		t.Stop()
+		delete(s.linger, key)
+	}
 	set := s.watches[key]
 	if set == nil {
 		set = map[*watch]struct{}{}
@@ -79,14 +88,27 @@ func (r *Redis) Watch(ctx context.Context, key string) (<-chan struct{}, func(),
 	stop := func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if set := s.watches[key]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.watches, key)
-				delete(s.confirmed, key)
-				s.sendLocked("UNSUBSCRIBE", key)
-			}
+		set := s.watches[key]
+		if set == nil {
+			return
 		}
+		delete(set, w)
+		if len(set) > 0 || s.linger[key] != nil {
+			return
+		}
+		var t *time.Timer
+		t = time.AfterFunc(watchLinger, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.linger[key] != t || len(s.watches[key]) > 0 {
+				return // watched again meanwhile
+			}
+			delete(s.linger, key)
+			delete(s.watches, key)
+			delete(s.confirmed, key)
+			s.sendLocked("UNSUBSCRIBE", key)
+		})
+		s.linger[key] = t
 	}
 	select {
 	case <-confirmed:
@@ -198,13 +220,17 @@ func (s *subscriber) serve(ctx context.Context, c redis.Conn) {
 }
 
 func newSubscriber(dial func(context.Context) (redis.Conn, error)) *subscriber {
-	return &subscriber{dial: dial, watches: map[string]map[*watch]struct{}{}, confirmed: map[string]chan struct{}{}}
+	return &subscriber{dial: dial, watches: map[string]map[*watch]struct{}{},
+		confirmed: map[string]chan struct{}{}, linger: map[string]*time.Timer{}}
 }
 
 // close stops the subscriber and waits for it.
 func (s *subscriber) close() {
 	s.mu.Lock()
 	s.closed = true
+	for _, t := range s.linger {
+		t.Stop()
+	}
 	running, stop, done := s.running, s.stopRun, s.done
 	s.mu.Unlock()
 	if running {

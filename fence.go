@@ -55,7 +55,7 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 	c := l.c
 	n := len(c.nodes)
 	fail := func(kind, cause error) (uint64, error) {
-		return 0, &QuorumError{Op: "fence", Resource: l.resource, Kind: kind, Need: quorum.Majority(n), Nodes: n, Cause: cause}
+		return 0, c.failed("fence", l.resource, kind, cause)
 	}
 	if l.isReleased() {
 		return fail(ErrLockLost, errReleased)

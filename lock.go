@@ -100,8 +100,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 	}
 	defer c.mu.RUnlock()
 	if l.isReleased() {
-		return &QuorumError{Op: "extend", Resource: l.resource, Kind: ErrLockLost, Nodes: len(c.nodes),
-			Need: quorum.Majority(len(c.nodes)), Cause: errReleased}
+		return c.failed("extend", l.resource, ErrLockLost, errReleased)
 	}
 
 	start := c.cfg.clock.Now()

@@ -186,8 +186,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	local, leave, err := c.enterQueue(ctx, resource)
 	defer leave()
 	if err != nil {
-		return nil, &QuorumError{Op: "acquire", Resource: resource, Kind: ErrNotAcquired,
-			Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: err}
+		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
 	var rw *releaseWatch
 	defer func() {
@@ -219,8 +218,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
 		if err != nil {
 			if last == nil {
-				last = &QuorumError{Op: "acquire", Resource: resource, Kind: ErrNotAcquired,
-					Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes)}
+				return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 			}
 			last.Cause = err
 			return nil, last
@@ -301,6 +299,9 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	defer c.mu.RUnlock()
 
+	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
+		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
+	}
 	key, fenceKey := c.keys(resource)
 	token, err := newToken()
 	if err != nil {
@@ -376,6 +377,12 @@ func (c *Client) releaseDetached(i int, key, token string) {
 	if _, err := c.nodes[i].Release(ctx, key, token, false); err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
+}
+
+// failed is the error of an operation that failed before any node answered.
+func (c *Client) failed(op, resource string, kind, cause error) *QuorumError {
+	return &QuorumError{Op: op, Resource: resource, Kind: kind,
+		Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: cause}
 }
 
 func quorumError[T any](op, resource string, kind error, nodes []node.Node, o quorum.Outcome[T]) *QuorumError {

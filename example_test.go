@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/fence"
 )
 
 // embeddedNodes starts n in-process Redis nodes for the examples; a real
@@ -94,4 +95,41 @@ func ExampleLock_Extend() {
 	fmt.Println(!lock.Until().Before(before))
 	_ = lock.Release(ctx)
 	// Output: true
+}
+
+func ExampleClient_Do() {
+	urls, stop := embeddedNodes(3)
+	defer stop()
+	client, _ := redlock.Dial(urls, redlock.WithTTL(time.Second))
+	defer client.Close()
+
+	err := client.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// Long work goes here; the lease is renewed in the background, and ctx
+		// ends before the lock could be lost.
+		return ctx.Err()
+	}, redlock.WithMaxHold(time.Minute))
+	fmt.Println(err)
+	// Output: <nil>
+}
+
+func ExampleLock_Fence() {
+	urls, stop := embeddedNodes(3)
+	defer stop()
+	client, _ := redlock.Dial(urls)
+	defer client.Close()
+	ctx := context.Background()
+
+	var account fence.Value[int] // the protected resource keeps the highest token
+	first, _ := client.Lock(ctx, "account-7")
+	t1, _ := first.Fence(ctx)
+	_ = first.Release(ctx)
+
+	second, _ := client.Lock(ctx, "account-7")
+	t2, _ := second.Fence(ctx)
+	fmt.Println(account.Store(t2, 100))                          // the current holder writes
+	fmt.Println(errors.Is(account.Store(t1, 0), fence.ErrStale)) // a late write of the first holder
+	_ = second.Release(ctx)
+	// Output:
+	// <nil>
+	// true
 }

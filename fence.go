@@ -93,7 +93,10 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 		isEligible[i] = true
 	}
 	start := c.cfg.clock.Now()
-	call := quorum.Start(ctx, n, func(ctx context.Context, i int) (struct{}, bool, error) {
+	// Like every node call, the writes run on a context the caller cannot cancel
+	// (bounded by the node timeout): the ones still in flight when Fence returns
+	// must land.
+	call := quorum.Start(context.WithoutCancel(ctx), n, func(ctx context.Context, i int) (struct{}, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 		defer cancel()
 		if !isEligible[i] {

@@ -104,7 +104,10 @@ func (l *Lock) Extend(ctx context.Context) error {
 	}
 
 	start := c.cfg.clock.Now()
-	call := quorum.Start(ctx, len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
+	// The extensions run on a context the caller cannot cancel (bounded by the
+	// node timeout): those still in flight when a majority answered must land,
+	// or the lease would end early on those nodes. ctx bounds only the wait.
+	call := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, min(c.cfg.nodeTimeout, l.ttl))
 		defer cancel()
 		ok, err := c.nodes[i].Extend(ctx, l.key, l.token, l.ttl)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -160,8 +161,25 @@ func anyOf(chans []<-chan struct{}) <-chan struct{} {
 	return out
 }
 
-// hold runs fn under locks (already acquired), renewing them, and releases them.
-func hold(ctx context.Context, locks []*Lock, lc lockConfig, fn func(context.Context) error) error {
+// Keep renews the lock in the background until the returned context ends, and
+// ends that context before the lock can no longer be trusted: when renewal has
+// not reached a majority by the end of validity minus the safety margin (then
+// context.Cause matches ErrLockLost), when parent ends, or at the maximum hold
+// time. Calling cancel stops the renewal; it does not release the lock. Options:
+// WithRenewEvery (default TTL/3), WithSafetyMargin (default TTL/10), WithMaxHold.
+// Do is Lock, then Keep around fn, then Release.
+func (l *Lock) Keep(parent context.Context, opts ...LockOption) (context.Context, context.CancelFunc) {
+	var lc lockConfig
+	for _, o := range opts {
+		if o != nil {
+			_ = o.applyLock(&lc) // invalid values fall back to the defaults
+		}
+	}
+	return keep(parent, []*Lock{l}, lc)
+}
+
+// keep renews locks until the returned context ends; see Lock.Keep.
+func keep(parent context.Context, locks []*Lock, lc lockConfig) (context.Context, context.CancelFunc) {
 	c := locks[0].c
 	ttl := locks[0].ttl
 	renewEvery, margin, maxHold := lc.renewEvery, lc.margin, lc.maxHold
@@ -174,28 +192,32 @@ func hold(ctx context.Context, locks []*Lock, lc lockConfig, fn func(context.Con
 	if maxHold <= 0 {
 		maxHold = DefaultMaxHold
 	}
-
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	fnCtx, cancelHold := context.WithTimeoutCause(fnCtx, maxHold, errMaxHold)
-	defer cancelHold()
-
-	done := make(chan struct{})
-	renewed := make(chan struct{})
-	go func() { // the watchdog: renews, and ends fnCtx before the lease ends
-		defer close(renewed)
-		renew(fnCtx, cancel, locks, renewEvery, margin, c)
+	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancelHold := context.WithTimeoutCause(ctx, maxHold, errMaxHold)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // renews; a refusal by a majority ends ctx at once
+		defer wg.Done()
+		renew(ctx, cancel, locks, renewEvery, margin, c)
 	}()
-	go func() {
-		defer close(done)
-		watchLease(fnCtx, cancel, locks, margin)
+	go func() { // ends ctx before the lease ends, if renewal did not move it
+		defer wg.Done()
+		watchLease(ctx, cancel, locks, margin)
 	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		cancelHold()
+		wg.Wait()
+	}
+}
 
+// hold runs fn under locks (already acquired), renewing them, and releases them.
+func hold(ctx context.Context, locks []*Lock, lc lockConfig, fn func(context.Context) error) error {
+	c := locks[0].c
+	fnCtx, stop := keep(ctx, locks, lc)
 	fnErr := fn(fnCtx)
 	cause := context.Cause(fnCtx)
-	cancel(nil)
-	<-renewed
-	<-done
+	stop()
 
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.nodeTimeout*2)
 	defer rcancel()

@@ -198,6 +198,10 @@ var _ Node = (*Redis)(nil)
 func ParseURL(rawURL string) (name string, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message would repeat the URL, password included
+		}
 		return "", fmt.Errorf("%w: %q: %v", ErrInvalidURL, redactURL(rawURL), err)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {

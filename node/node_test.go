@@ -31,6 +31,7 @@ func TestParseURL(t *testing.T) {
 		{"redis://h/-1", "", "not a non-negative number"},
 		{"redis://h/?db=2", "", "in the path"},
 		{"redis://u:topsecret@h/x", "", `database "x"`},
+		{"redis://u:topsecret@h:abc", "", "invalid port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {

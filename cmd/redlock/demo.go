@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/fence"
 )
 
 // timeline prints events with the time since the demo started.
@@ -114,7 +115,69 @@ func demo(out io.Writer, n int) error {
 		return err
 	}
 	tl.say("worker-B", "released")
+
+	if err := fenced(client, tl); err != nil {
+		return err
+	}
 	fmt.Fprintln(out, "\nA holder must check Until() before acting; fencing tokens make the resource itself refuse a late writer.")
+	return nil
+}
+
+// fenced shows a paused holder's late write refused by a resource that checks
+// fencing tokens.
+func fenced(client *redlock.Client, tl *timeline) error {
+	tl.section("4. the fenced resource refuses the paused holder's stale write")
+	ctx := context.Background()
+	var account fence.Value[string] // the protected resource: it remembers the highest token
+	// A's lease is short, so that the demo is quick; on a loaded machine it can
+	// run out before the token is written back (ErrLockLost): A then tries again.
+	var a *redlock.Lock
+	var err error
+	for try := 0; ; try++ {
+		a, err = client.Lock(ctx, "account", redlock.WithLockTTL(300*time.Millisecond), redlock.WithFence())
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, redlock.ErrLockLost) || try == 4 {
+			return err
+		}
+	}
+	t1, err := a.Fence(ctx)
+	if err != nil {
+		return err
+	}
+	tl.say("worker-A", "acquired \"account\" with fencing token %d", t1)
+	if err := account.Store(t1, "balance=100 (by A)"); err != nil {
+		return fmt.Errorf("A's first write: %w", err)
+	}
+	tl.say("worker-A", "writes balance=100 with token %d: accepted", t1)
+	tl.say("worker-A", "stops the world for 400ms before its next write ...")
+	time.Sleep(400 * time.Millisecond)
+	b, err := client.Lock(ctx, "account", redlock.WithFence())
+	if err != nil {
+		return err
+	}
+	t2, err := b.Fence(ctx)
+	if err != nil {
+		return err
+	}
+	tl.say("worker-B", "acquired \"account\" with fencing token %d", t2)
+	if err := account.Store(t2, "balance=150 (by B)"); err != nil {
+		return fmt.Errorf("B's write: %w", err)
+	}
+	tl.say("worker-B", "writes balance=150 with token %d: accepted", t2)
+	err = account.Store(t1, "balance=90 (by A)")
+	if !errors.Is(err, fence.ErrStale) {
+		return fmt.Errorf("expected the paused holder's write to be refused, got %v", err)
+	}
+	tl.say("worker-A", "wakes up, writes balance=90 with token %d: refused (%v)", t1, err)
+	v, highest := account.Load()
+	tl.say("account", "holds %q, highest token %d: B's write survived", v, highest)
+	if err := b.Release(ctx); err != nil {
+		return err
+	}
+	tl.say("worker-B", "releases \"account\"")
+	_ = a.Release(ctx) // long expired: nothing left to delete
 	return nil
 }
 

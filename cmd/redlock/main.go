@@ -1,6 +1,11 @@
-// Command redlock runs jobs under a Redlock lock and demonstrates the algorithm.
+// Command redlock runs jobs under a Redlock lock, shows who holds a lock, and
+// demonstrates the algorithm.
 //
-//	redlock demo     run a demonstration on in-process Redis nodes (no setup)
+//	redlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lock NAME
+//	redlock status [flags] NAME                     show the lock NAME on every node
+//	redlock demo [--nodes N]                        run a demonstration on in-process Redis nodes
+//
+// See docs/cli.md for the exit codes, the environment and examples.
 package main
 
 import (
@@ -9,16 +14,26 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 )
 
 const usage = `redlock: distributed locks over independent Redis nodes
 
 Usage:
-  redlock demo [--nodes N]    run a demonstration on embedded in-process Redis nodes
+  redlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lock NAME
+  redlock status [flags] NAME                     show the lock NAME on every node
+  redlock demo [--nodes N]                        run a demonstration on embedded in-process Redis nodes
+
+The nodes are independent Redis instances, given with --nodes or REDLOCK_NODES as
+comma-separated URLs: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
 
 Examples:
   redlock demo
   redlock demo --nodes 3
+  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  redlock run nightly-report -- ./report.sh --date today
+  redlock status nightly-report
 
 Run "redlock COMMAND --help" for the flags of a command.
 `
@@ -34,11 +49,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "demo":
 		return demoCmd(args[1:], stdout, stderr)
+	case "run":
+		return runCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -46,18 +68,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func demoCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stderr)
 	nodes := fs.Int("nodes", 5, "number of embedded Redis nodes (1 to 9)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: redlock demo [--nodes N]\n\nRuns several workers against embedded in-process Redis nodes and prints what happens.\n\nFlags:\n")
-		fs.PrintDefaults()
+	help := "Usage: redlock demo [--nodes N]\n\n" +
+		"Runs several workers against embedded in-process Redis nodes (no setup) and prints\n" +
+		"what happens: workers contending, nodes killed, a holder paused past its lease, and\n" +
+		"a fenced resource refusing the paused holder's stale write.\n\n" +
+		"Flags:\n" + flagHelp(fs) +
+		"\nExamples:\n  redlock demo\n  redlock demo --nodes 3\n"
+	if code, ok := parseFlags(fs, "demo", args, help, stdout, stderr); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if fs.NArg() > 0 {
+		return usageError(stderr, "demo", "unexpected argument %q", fs.Arg(0))
 	}
 	if *nodes < 1 || *nodes > 9 {
 		fmt.Fprintf(stderr, "redlock demo: --nodes %d: must be between 1 and 9\n", *nodes)
@@ -68,4 +91,91 @@ func demoCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newFlagSet returns a flag set that reports its errors on stderr and leaves
+// printing the help to parseFlags.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs. On --help it prints help on stdout and returns
+// (0, false); on a bad flag (already reported by the flag package) it prints a
+// hint and returns (2, false).
+func parseFlags(fs *flag.FlagSet, cmd string, args []string, help string, stdout, stderr io.Writer) (int, bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, help)
+		return 0, false
+	default:
+		fmt.Fprintf(stderr, "Run \"redlock %s --help\" for usage.\n", cmd)
+		return 2, false
+	}
+}
+
+// parseNamed parses "[flags] NAME [flags] [--] [REST...]": flags are accepted
+// before and after NAME; what follows the first non-flag argument after NAME,
+// or "--", is returned as rest.
+func parseNamed(fs *flag.FlagSet, cmd string, args []string, help string, stdout, stderr io.Writer) (name string, rest []string, code int, ok bool) {
+	if code, ok := parseFlags(fs, cmd, args, help, stdout, stderr); !ok {
+		return "", nil, code, false
+	}
+	if fs.NArg() == 0 {
+		return "", nil, usageError(stderr, cmd, "missing the lock NAME"), false
+	}
+	name = fs.Arg(0)
+	if code, ok := parseFlags(fs, cmd, fs.Args()[1:], help, stdout, stderr); !ok {
+		return "", nil, code, false
+	}
+	if strings.TrimSpace(name) == "" {
+		return "", nil, usageError(stderr, cmd, "empty lock NAME"), false
+	}
+	return name, fs.Args(), 0, true
+}
+
+// usageError reports a usage error and returns exit status 2.
+func usageError(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "redlock %s: %s\nRun \"redlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return 2
+}
+
+// flagHelp lists the flags of fs the way they are typed: --name VALUE.
+func flagHelp(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		switch arg {
+		case "duration":
+			arg = "D"
+		case "int":
+			arg = "N"
+		}
+		head := "  --" + f.Name
+		if arg != "" {
+			head += " " + arg
+		}
+		fmt.Fprintf(&b, "%-22s %s", head, text)
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+		}
+		b.WriteByte('\n')
+	})
+	return b.String()
+}
+
+// checkDuration validates a duration flag.
+func checkDuration(name string, d time.Duration, allowZero bool) error {
+	if d < 0 || (d == 0 && !allowZero) {
+		if allowZero {
+			return fmt.Errorf("--%s %v: must not be negative", name, d)
+		}
+		return fmt.Errorf("--%s %v: must be positive", name, d)
+	}
+	return nil
 }

@@ -20,6 +20,11 @@ func TestDemo(t *testing.T) {
 		"no majority left",
 		"refused:",
 		"Extend: lock lost",
+		"4. the fenced resource refuses the paused holder's stale write",
+		"writes balance=150 with token",
+		"writes balance=90 with token",
+		": refused (fence: stale token",
+		`holds "balance=150 (by B)"`,
 	} {
 		assert.Contains(t, s, want)
 	}

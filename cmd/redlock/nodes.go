@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
+)
+
+// envNodes names the environment variable that gives the nodes when --nodes
+// does not.
+const envNodes = "REDLOCK_NODES"
+
+// nodeSet is the validated list of node URLs, with the passwords they contain
+// so that no message ever shows one.
+type nodeSet struct {
+	urls    []string
+	names   []string // canonical host:port/db, as in the library's errors
+	secrets []string
+}
+
+// parseNodes returns the nodes given by the --nodes flag value or, when it is
+// empty, by REDLOCK_NODES. Errors name the source and the position of a bad URL,
+// never a password.
+func parseNodes(flagValue string) (*nodeSet, error) {
+	raw, from := flagValue, "--nodes"
+	if strings.TrimSpace(raw) == "" {
+		raw, from = os.Getenv(envNodes), envNodes
+	}
+	if strings.TrimSpace(raw) == "" {
+		return nil, errors.New("no nodes: give --nodes redis://host1:6379,redis://host2:6379,... or set " + envNodes)
+	}
+	parts := strings.Split(raw, ",")
+	ns := &nodeSet{}
+	for _, p := range parts {
+		if pw := password(strings.TrimSpace(p)); pw != "" {
+			ns.secrets = append(ns.secrets, pw)
+		}
+	}
+	if len(parts) > redlock.MaxNodes {
+		return nil, fmt.Errorf("%s: %d nodes is more than the maximum %d", from, len(parts), redlock.MaxNodes)
+	}
+	seen := make(map[string]int, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		where := fmt.Sprintf("%s: node %d of %d", from, i+1, len(parts))
+		if p == "" {
+			return nil, fmt.Errorf("%s is empty (a stray comma?)", where)
+		}
+		if !strings.Contains(p, "://") {
+			if scheme, _, _ := strings.Cut(p, ":"); scheme != "redis" && scheme != "rediss" {
+				return nil, fmt.Errorf("%s: %q is not a URL: write redis://%s", where, redactRaw(p), redactRaw(p))
+			}
+			return nil, fmt.Errorf("%s: %q is not a URL of the form redis://host[:port][/db]", where, redactRaw(p))
+		}
+		name, err := node.ParseURL(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s", where, ns.scrub(strings.TrimPrefix(err.Error(), "node: ")))
+		}
+		if j, dup := seen[name]; dup {
+			return nil, fmt.Errorf("%s: %s is also node %d: each node must be a different, independent Redis instance", where, name, j+1)
+		}
+		seen[name] = i
+		ns.urls = append(ns.urls, p)
+		ns.names = append(ns.names, name)
+	}
+	return ns, nil
+}
+
+// majority returns the number of nodes that make a majority.
+func (ns *nodeSet) majority() int { return len(ns.urls)/2 + 1 }
+
+// scrub hides every known password in msg.
+func (ns *nodeSet) scrub(msg string) string {
+	if ns == nil {
+		return msg
+	}
+	for _, s := range ns.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+// password returns the password of a URL-like string, or "".
+func password(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return ""
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + 3
+	}
+	_, pw, ok := strings.Cut(raw[start:at], ":")
+	if !ok {
+		return ""
+	}
+	return pw
+}
+
+// redactRaw replaces the password of a URL-like string with xxxxx.
+func redactRaw(raw string) string {
+	if pw := password(raw); pw != "" {
+		return strings.Replace(raw, ":"+pw+"@", ":xxxxx@", 1)
+	}
+	return raw
+}
+
+// describeNodeErr says what went wrong with one node, briefly.
+func describeNodeErr(err error, timeout time.Duration) string {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Sprintf("no answer within %v", timeout)
+	}
+	return err.Error()
+}
+
+// describeQuorum explains a failed acquisition, extension or release in one
+// line, followed by one indented line per failed node.
+func (ns *nodeSet) describeQuorum(qe *redlock.QuorumError, timeout time.Duration) string {
+	var b strings.Builder
+	// A majority of refusals and failures decides an operation; otherwise it
+	// was cut short by its deadline while nodes had not answered.
+	decided := qe.Refused+qe.Failed > qe.Nodes-qe.Need
+	switch {
+	case qe.Op == "fence":
+		fmt.Fprintf(&b, "could not obtain a fencing token (%d of %d nodes needed)", qe.Need, qe.Nodes)
+		if qe.Cause != nil {
+			fmt.Fprintf(&b, ": %v", qe.Cause)
+		}
+	case qe.Agreed >= qe.Need:
+		fmt.Fprintf(&b, "%d of %d nodes agreed, but too late: the lease had no validity left", qe.Agreed, qe.Nodes)
+	case !decided:
+		fmt.Fprintf(&b, "no majority in time: %d of %d nodes agreed (%d needed), %d did not answer in time",
+			qe.Agreed, qe.Nodes, qe.Need, qe.Nodes-qe.Agreed-qe.Refused-qe.Failed)
+		if qe.Refused > 0 {
+			fmt.Fprintf(&b, ", %d refused", qe.Refused)
+		}
+		if qe.Failed > 0 {
+			fmt.Fprintf(&b, ", %d failed", qe.Failed)
+		}
+	case qe.Failed == 0:
+		fmt.Fprintf(&b, "held elsewhere (%d of %d nodes refused)", qe.Refused, qe.Nodes)
+	case qe.Refused == 0:
+		fmt.Fprintf(&b, "too few nodes reachable: %d of %d failed, a majority of %d is needed", qe.Failed, qe.Nodes, qe.Need)
+	default:
+		fmt.Fprintf(&b, "held elsewhere on %d of %d nodes, and %d failed (a majority of %d is needed)", qe.Refused, qe.Nodes, qe.Failed, qe.Need)
+	}
+	for _, e := range qe.Errs {
+		fmt.Fprintf(&b, "\n  node %s: %s", e.Node, describeNodeErr(e.Err, timeout))
+	}
+	return ns.scrub(b.String())
+}
+
+// invalidMessage strips the library's prefixes from an ErrInvalid error.
+func invalidMessage(err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, redlock.ErrInvalid.Error()+": ")
+	return msg
+}

@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redlock-go/redlock"
+)
+
+// Exit statuses of redlock run besides COMMAND's own.
+const (
+	exitLost        = 1   // the lock was lost while COMMAND ran, and COMMAND exited 0
+	exitUsage       = 2   // bad flags or arguments
+	exitTempFail    = 75  // EX_TEMPFAIL: the lock was not acquired
+	exitCannotStart = 126 // COMMAND found but could not be started
+	exitNotFound    = 127 // COMMAND not found
+)
+
+// envFence names the environment variable that gives COMMAND its fencing token.
+const envFence = "REDLOCK_FENCE"
+
+const runHelpText = `Usage: redlock run [flags] NAME -- COMMAND [ARGS...]
+
+Takes the lock NAME on a majority of the Redis nodes, runs COMMAND while renewing
+the lock (every TTL/3), and releases it when COMMAND exits. redlock exits with
+COMMAND's status.
+
+COMMAND gets the lock's fencing token in REDLOCK_FENCE: a number that is larger
+for every later holder of NAME, so that the resource COMMAND writes to can refuse
+the writes of a holder whose lock ran out (see docs/fencing.md).
+
+If the lock is lost while COMMAND runs (renewal refused, or no majority of nodes
+renewed it before its validity ended), redlock says so on stderr and stops
+COMMAND: SIGTERM, then SIGKILL if it is still running after --grace. COMMAND runs
+in a process group of its own, which gets the signals, unless redlock runs in the
+foreground of a terminal (then COMMAND can read the terminal). SIGINT, SIGTERM,
+SIGHUP and SIGQUIT received by redlock are passed on to COMMAND.
+
+If the lock is not acquired within --wait (0: a single attempt), COMMAND is not
+run: redlock exits with status 75 (EX_TEMPFAIL) and says why on stderr.
+
+Flags:
+%s
+Environment:
+  REDLOCK_NODES   the node URLs, when --nodes is not given
+  REDLOCK_FENCE   set for COMMAND: the lock's fencing token (a decimal number >= 1)
+
+Exit status:
+  N     COMMAND's exit status; 128+N if signal N killed it
+  1     the lock was lost while COMMAND ran (or had expired when it was released)
+        and COMMAND exited 0; otherwise COMMAND's non-zero status
+  2     usage error: bad flag, bad node URL, missing NAME or COMMAND
+  75    the lock was not acquired within --wait (held elsewhere, or too few nodes
+        reachable); COMMAND did not run
+  126   COMMAND could not be started
+  127   COMMAND not found
+  128+N redlock got signal N while waiting for the lock
+
+Examples:
+  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  redlock run nightly-report -- ./report.sh --date today
+  redlock run --wait 5m --ttl 30s db-migrate -- make migrate
+  redlock run --nodes redis://localhost:6379 job -- sh -c 'echo "fencing token $REDLOCK_FENCE"'
+  redlock run cron-job -- ./job.sh || [ $? -eq 75 ]   # skipping a run is fine
+`
+
+type runOptions struct {
+	nodes       string
+	prefix      string
+	ttl         time.Duration
+	wait        time.Duration
+	grace       time.Duration
+	nodeTimeout time.Duration
+}
+
+// lockedWriter serialises the writes of COMMAND's output copiers and redlock's
+// own messages to a writer that is not a file.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (lw lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
+}
+
+// childWriters returns the writers for COMMAND and redlock: files are passed to
+// COMMAND as they are; other writers are shared under a mutex.
+func childWriters(stdout, stderr io.Writer) (io.Writer, io.Writer) {
+	_, f1 := stdout.(*os.File)
+	_, f2 := stderr.(*os.File)
+	if f1 && f2 {
+		return stdout, stderr
+	}
+	mu := &sync.Mutex{}
+	return lockedWriter{mu, stdout}, lockedWriter{mu, stderr}
+}
+
+// interrupted is the cause of an acquisition cut short by a signal.
+type interrupted struct{ sig os.Signal }
+
+func (e *interrupted) Error() string { return "interrupted by " + e.sig.String() }
+
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	var o runOptions
+	flags := newFlagSet("run", stderr)
+	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
+	flags.DurationVar(&o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3")
+	flags.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
+	flags.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
+	flags.DurationVar(&o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
+	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
+	help := fmt.Sprintf(runHelpText, flagHelp(flags))
+
+	name, argv, code, ok := parseNamed(flags, "run", args, help, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(argv) == 0 {
+		return usageError(stderr, "run", "missing COMMAND: redlock run [flags] %s -- COMMAND [ARGS...]", name)
+	}
+	for _, c := range []struct {
+		name      string
+		d         time.Duration
+		allowZero bool
+	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}} {
+		if err := checkDuration(c.name, c.d, c.allowZero); err != nil {
+			return usageError(stderr, "run", "%v", err)
+		}
+	}
+	ns, err := parseNodes(o.nodes)
+	if err != nil {
+		return usageError(stderr, "run", "%v", err)
+	}
+
+	// A command that cannot be found is reported before the lock is taken.
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if cmd.Err != nil {
+		if errors.Is(cmd.Err, exec.ErrNotFound) {
+			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
+			return exitNotFound
+		}
+		fmt.Fprintf(stderr, "redlock: %s: %v\n", argv[0], cmd.Err)
+		return exitCannotStart
+	}
+	if strings.ContainsRune(argv[0], os.PathSeparator) {
+		if _, err := os.Stat(argv[0]); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
+			return exitNotFound
+		}
+	}
+
+	outW, errW := childWriters(stdout, stderr)
+	r := &runner{o: o, name: name, ns: ns, cmd: cmd, stdout: outW, stderr: errW}
+	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
+		redlock.WithKeyPrefix(o.prefix), redlock.WithHooks(redlock.Hooks{OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
+	if err != nil {
+		return usageError(stderr, "run", "%s", ns.scrub(invalidMessage(err)))
+	}
+	defer client.Close()
+	r.client = client
+	return r.run()
+}
+
+// runner is one redlock run.
+type runner struct {
+	o      runOptions
+	name   string
+	ns     *nodeSet
+	client *redlock.Client
+	cmd    *exec.Cmd
+	stdout io.Writer
+	stderr io.Writer
+
+	mu          sync.Mutex
+	lastRenewal error // the last failed renewal since the last good one
+}
+
+func (r *runner) errorf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "redlock: %s\n", r.ns.scrub(fmt.Sprintf(format, args...)))
+}
+
+func (r *runner) run() int {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	l, code := r.acquire(sigs)
+	if l == nil {
+		return code
+	}
+	tok, err := l.Fence(context.Background()) // obtained by the acquisition (WithFence): cached
+	if err != nil {
+		r.release(l)
+		r.errorf("lock %q acquired, but no fencing token: %v", r.name, err)
+		return exitTempFail
+	}
+
+	foreground := inForeground(os.Stdin)
+	r.cmd.SysProcAttr = childAttr(!foreground)
+	r.cmd.Stdin = os.Stdin
+	r.cmd.Stdout = r.stdout
+	r.cmd.Stderr = r.stderr
+	r.cmd.Env = append(os.Environ(), envFence+"="+strconv.FormatUint(tok, 10))
+	// When the output goes through pipes (not files), do not wait forever for
+	// processes that COMMAND left behind and that hold them open.
+	r.cmd.WaitDelay = time.Second
+	if err := r.cmd.Start(); err != nil {
+		r.release(l)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			r.errorf("%s: command not found", r.cmd.Args[0])
+			return exitNotFound
+		}
+		r.errorf("%s: %v", r.cmd.Args[0], unwrapExec(err))
+		return exitCannotStart
+	}
+	status, lost := r.supervise(l, sigs, !foreground)
+
+	if relErr := r.release(l); relErr != nil && !lost {
+		if errors.Is(relErr, redlock.ErrLockLost) {
+			lost = true
+			r.errorf("lock %q had expired on a majority of nodes when %s exited: it may not have run alone", r.name, r.cmd.Args[0])
+		} else {
+			var qe *redlock.QuorumError
+			msg := relErr.Error()
+			if errors.As(relErr, &qe) {
+				msg = r.ns.describeQuorum(qe, r.o.nodeTimeout)
+			}
+			r.errorf("warning: release of lock %q not confirmed by a majority (it expires by itself within %v): %s", r.name, r.o.ttl, msg)
+		}
+	}
+	if lost && status == 0 {
+		return exitLost
+	}
+	return status
+}
+
+// acquire takes the lock, with its fencing token. It returns nil and the exit
+// status when it cannot.
+func (r *runner) acquire(sigs <-chan os.Signal) (*redlock.Lock, int) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() { // a signal cuts the wait short
+		defer close(stopped)
+		select {
+		case s := <-sigs:
+			cancel(&interrupted{s})
+		case <-stop:
+		}
+	}()
+	var l *redlock.Lock
+	var err error
+	if r.o.wait > 0 {
+		wctx, wcancel := context.WithTimeout(ctx, r.o.wait)
+		l, err = r.client.Lock(wctx, r.name, redlock.WithFence())
+		wcancel()
+	} else {
+		l, err = r.client.TryLock(ctx, r.name, redlock.WithFence())
+	}
+	close(stop)
+	<-stopped
+
+	var intr *interrupted
+	if errors.As(context.Cause(ctx), &intr) {
+		if l != nil {
+			r.release(l)
+		}
+		r.errorf("waiting for lock %q interrupted by signal: %v", r.name, intr.sig)
+		return nil, signalStatus(intr.sig)
+	}
+	if err == nil {
+		return l, 0
+	}
+	if errors.Is(err, redlock.ErrInvalid) {
+		return nil, usageError(r.stderr, "run", "%s", r.ns.scrub(invalidMessage(err)))
+	}
+	within := "in one attempt (--wait 0)"
+	if r.o.wait > 0 {
+		within = "within " + r.o.wait.String()
+	}
+	reason := err.Error()
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) {
+		reason = r.ns.describeQuorum(qe, r.o.nodeTimeout)
+	}
+	r.errorf("lock %q not acquired %s: %s", r.name, within, reason)
+	return nil, exitTempFail
+}
+
+// supervise waits for COMMAND while keeping the lock, passes signals on, and
+// stops COMMAND if the lock is lost. It returns COMMAND's exit status and
+// whether the lock was lost.
+func (r *runner) supervise(l *redlock.Lock, sigs <-chan os.Signal, group bool) (status int, lost bool) {
+	p := r.cmd.Process
+	exited := make(chan error, 1)
+	go func() { exited <- r.cmd.Wait() }()
+
+	kctx, kcancel := context.WithCancel(context.Background())
+	lostc := make(chan error, 1)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		if err := r.keep(kctx, l); err != nil {
+			lostc <- err
+		}
+	}()
+
+	var kill <-chan time.Time
+	var killTimer *time.Timer
+	var waitErr error
+wait:
+	for {
+		select {
+		case waitErr = <-exited:
+			break wait
+		case s := <-sigs:
+			if !group && fromTerminal(s) {
+				continue // COMMAND, in the terminal's foreground group, got it too
+			}
+			_ = signalChild(p, group, s)
+		case err := <-lostc:
+			lost = true
+			if r.o.grace > 0 {
+				r.errorf("lock %q lost, stopping %s (SIGTERM, then SIGKILL after %v): %s", r.name, r.cmd.Args[0], r.o.grace, r.lostReason(err))
+				_ = signalChild(p, group, syscall.SIGTERM)
+				killTimer = time.NewTimer(r.o.grace)
+				kill = killTimer.C
+			} else {
+				r.errorf("lock %q lost, killing %s (SIGKILL): %s", r.name, r.cmd.Args[0], r.lostReason(err))
+				_ = signalChild(p, group, os.Kill)
+			}
+		case <-kill:
+			r.errorf("%s still running %v after SIGTERM: sending SIGKILL", r.cmd.Args[0], r.o.grace)
+			_ = signalChild(p, group, os.Kill)
+			kill = nil
+		}
+	}
+	if killTimer != nil {
+		killTimer.Stop()
+	}
+	kcancel()
+	<-kept
+	if !lost {
+		select {
+		case err := <-lostc: // lost just as COMMAND exited
+			lost = true
+			r.errorf("lock %q lost: %s", r.name, r.lostReason(err))
+		default:
+		}
+	}
+	if r.cmd.ProcessState == nil {
+		r.errorf("%s: %v", r.cmd.Args[0], waitErr)
+		return 1, lost
+	}
+	return exitStatus(r.cmd.ProcessState), lost
+}
+
+// lostError is a lock lost while COMMAND ran.
+type lostError struct {
+	cause error // the renewal's refusal, or the end of the lock's validity
+	last  error // the last failed renewal, if any
+}
+
+func (e *lostError) Error() string { return e.cause.Error() }
+
+func (r *runner) lostReason(err error) string {
+	var le *lostError
+	if !errors.As(err, &le) {
+		return r.ns.scrub(err.Error())
+	}
+	var qe *redlock.QuorumError
+	if errors.As(le.cause, &qe) && qe.Op == "extend" && qe.Refused > 0 {
+		return fmt.Sprintf("renewal refused by %d of %d nodes (it expired or was taken over)", qe.Refused, qe.Nodes)
+	}
+	msg := "its validity ran out before a renewal reached a majority of nodes"
+	if le.last != nil {
+		last := le.last.Error()
+		if errors.As(le.last, &qe) {
+			last = r.ns.describeQuorum(qe, r.o.nodeTimeout)
+		}
+		msg += "; last renewal: " + last
+	}
+	return r.ns.scrub(msg)
+}
+
+// keep renews the lock (every TTL/3, with the library's Lock.Keep) until ctx
+// ends (it returns nil) or the lock is lost (it returns a *lostError). The lock
+// counts as lost a tenth of the TTL before its validity ends, to leave COMMAND
+// time to stop. There is no limit on the hold time: COMMAND runs as long as the
+// lock is kept.
+func (r *runner) keep(ctx context.Context, l *redlock.Lock) error {
+	const forever = 100 * 365 * 24 * time.Hour
+	kctx, stop := l.Keep(ctx, redlock.WithMaxHold(forever))
+	defer stop()
+	<-kctx.Done()
+	if ctx.Err() != nil {
+		return nil
+	}
+	cause := context.Cause(kctx)
+	r.mu.Lock()
+	last := r.lastRenewal
+	r.mu.Unlock()
+	var qe *redlock.QuorumError
+	if errors.As(cause, &qe) && qe.Op == "extend" {
+		return &lostError{cause: cause} // refused: known lost
+	}
+	return &lostError{cause: cause, last: last}
+}
+
+// extended ends a streak of failed renewals.
+func (r *runner) extended(e redlock.ExtendEvent) {
+	if e.OK {
+		r.mu.Lock()
+		r.lastRenewal = nil
+		r.mu.Unlock()
+	}
+}
+
+// renewalFailed warns, once per streak of failures, that renewal is failing
+// and is being retried.
+func (r *runner) renewalFailed(e redlock.RenewalFailureEvent) {
+	if errors.Is(e.Err, redlock.ErrLockLost) {
+		return // reported as the loss itself
+	}
+	r.mu.Lock()
+	first := r.lastRenewal == nil
+	r.lastRenewal = e.Err
+	r.mu.Unlock()
+	if first {
+		msg := e.Err.Error()
+		var qe *redlock.QuorumError
+		if errors.As(e.Err, &qe) {
+			msg = r.ns.describeQuorum(qe, r.o.nodeTimeout)
+		}
+		r.errorf("warning: renewal of lock %q failed, retrying until its validity runs out: %s", r.name, msg)
+	}
+}
+
+// release releases the lock, bounded by twice the node timeout.
+func (r *runner) release(l *redlock.Lock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.o.nodeTimeout)
+	defer cancel()
+	return l.Release(ctx)
+}
+
+// unwrapExec drops the "fork/exec PATH: " prefix that repeats the command.
+func unwrapExec(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redlock-go/redlock"
+)
+
+const statusHelpText = `Usage: redlock status [flags] NAME
+
+Shows, for every node, whether the lock NAME is held, the time left on its lease
+(Redis PTTL), a digest of the holder's token (never the token itself), and the
+node's fencing counter; then on how many nodes one holder has it, against the
+majority a holder needs. Nodes that do not answer within --timeout are listed
+with the error. It only reads: it never takes, extends or releases the lock.
+
+Flags:
+%s
+Environment:
+  REDLOCK_NODES   the node URLs, when --nodes is not given
+
+Exit status:
+  0   a majority of the nodes answered (whether the lock is held or not)
+  1   fewer than a majority answered: whether the lock is held cannot be told
+  2   usage error: bad flag, bad node URL, missing NAME
+
+Examples:
+  redlock status nightly-report
+  redlock status --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 db-migrate
+`
+
+// nodeStatus is what one node says about the lock.
+type nodeStatus struct {
+	name     string
+	err      error
+	held     bool
+	pttl     int64  // milliseconds; -1: no expiry
+	holder   string // digest of the token
+	fence    uint64
+	hasFence bool
+}
+
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	flags := newFlagSet("status", stderr)
+	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
+	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
+	timeout := flags.Duration("timeout", 2*time.Second, "how long to wait for each node")
+	help := fmt.Sprintf(statusHelpText, flagHelp(flags))
+
+	name, rest, code, ok := parseNamed(flags, "status", args, help, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(rest) > 0 {
+		return usageError(stderr, "status", "unexpected argument %q after NAME", rest[0])
+	}
+	if err := checkDuration("timeout", *timeout, false); err != nil {
+		return usageError(stderr, "status", "%v", err)
+	}
+	if strings.ContainsAny(*prefix, "{}") {
+		return usageError(stderr, "status", "--key-prefix %q: must not contain braces", *prefix)
+	}
+	if len(name) > redlock.MaxResourceLen {
+		return usageError(stderr, "status", "lock name of %d bytes exceeds %d", len(name), redlock.MaxResourceLen)
+	}
+	ns, err := parseNodes(*nodesFlag)
+	if err != nil {
+		return usageError(stderr, "status", "%v", err)
+	}
+
+	// The keys as documented in docs/safety.md: prefix{NAME} and prefix{NAME}:fence.
+	key := *prefix + "{" + name + "}"
+	fenceKey := key + ":fence"
+	statuses := make([]nodeStatus, len(ns.urls))
+	var wg sync.WaitGroup
+	for i, u := range ns.urls {
+		wg.Go(func() {
+			statuses[i] = readStatus(u, key, fenceKey, *timeout)
+			statuses[i].name = ns.names[i]
+		})
+	}
+	wg.Wait()
+
+	fmt.Fprintf(stdout, "lock %q (key %s) on %d nodes, majority %d\n\n", name, key, len(ns.urls), ns.majority())
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHELD\tTTL\tHOLDER\tFENCE")
+	answered := 0
+	holders := map[string]int{}
+	var maxFence uint64
+	anyFence := false
+	for _, s := range statuses {
+		if s.err != nil {
+			fmt.Fprintf(tw, "%s\terror: %s\n", s.name, ns.scrub(describeNodeErr(s.err, *timeout)))
+			continue
+		}
+		answered++
+		held, ttl, holder, fence := "no", "-", "-", "-"
+		if s.held {
+			held, holder = "yes", s.holder
+			holders[s.holder]++
+			ttl = "no expiry"
+			if s.pttl >= 0 {
+				ttl = (time.Duration(s.pttl) * time.Millisecond).String()
+			}
+		}
+		if s.hasFence {
+			fence = strconv.FormatUint(s.fence, 10)
+			anyFence = true
+			maxFence = max(maxFence, s.fence)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.name, held, ttl, holder, fence)
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+
+	n, m := len(ns.urls), ns.majority()
+	if answered < m {
+		fmt.Fprintf(stdout, "only %d of %d nodes answered (majority %d): cannot tell whether the lock is held\n", answered, n, m)
+	} else {
+		top, k := topHolder(holders)
+		switch {
+		case k == 0:
+			fmt.Fprintf(stdout, "held on 0 of %d nodes (majority %d): free\n", n, m)
+		case k >= m:
+			fmt.Fprintf(stdout, "held on %d of %d nodes (majority %d) by holder %s\n", k, n, m, top)
+		default:
+			fmt.Fprintf(stdout, "held on %d of %d nodes (majority %d): no holder has a majority (an acquisition in progress, or leftovers that expire by themselves)\n", k, n, m)
+		}
+		if len(holders) > 1 {
+			fmt.Fprintf(stdout, "holders: %s\n", holderList(holders))
+		}
+	}
+	if anyFence {
+		fmt.Fprintf(stdout, "fencing counter: %d (highest of the nodes that answered)\n", maxFence)
+	} else if answered > 0 {
+		fmt.Fprintln(stdout, "fencing counter: none (no fenced holder yet)")
+	}
+	if answered < m {
+		return 1
+	}
+	return 0
+}
+
+// readStatus reads the lock key, its PTTL and the fence counter from one node,
+// in one transaction.
+func readStatus(url, key, fenceKey string, timeout time.Duration) nodeStatus {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := redis.DialURLContext(ctx, url,
+		redis.DialConnectTimeout(timeout), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout))
+	if err != nil {
+		return nodeStatus{err: err}
+	}
+	defer c.Close()
+	for _, args := range [][]any{{"MULTI"}, {"GET", key}, {"PTTL", key}, {"GET", fenceKey}} {
+		if err := c.Send(args[0].(string), args[1:]...); err != nil {
+			return nodeStatus{err: err}
+		}
+	}
+	vals, err := redis.Values(redis.DoContext(c, ctx, "EXEC"))
+	if err != nil {
+		return nodeStatus{err: err}
+	}
+	if len(vals) != 3 {
+		return nodeStatus{err: fmt.Errorf("unexpected reply %v", vals)}
+	}
+	var s nodeStatus
+	token, err := redis.String(vals[0], nil)
+	switch {
+	case err == redis.ErrNil:
+	case err != nil:
+		return nodeStatus{err: fmt.Errorf("lock key %s: %w", key, err)}
+	default:
+		s.held, s.holder = true, redlock.Digest(token)
+		if s.pttl, err = redis.Int64(vals[1], nil); err != nil {
+			return nodeStatus{err: fmt.Errorf("PTTL %s: %w", key, err)}
+		}
+	}
+	f, err := redis.String(vals[2], nil)
+	switch {
+	case err == redis.ErrNil:
+	case err != nil:
+		return nodeStatus{err: fmt.Errorf("fence counter %s: %w", fenceKey, err)}
+	default:
+		if s.fence, err = strconv.ParseUint(f, 10, 64); err != nil {
+			return nodeStatus{err: fmt.Errorf("fence counter %s: %q is not a number", fenceKey, f)}
+		}
+		s.hasFence = true
+	}
+	return s
+}
+
+// topHolder returns the holder on the most nodes, and on how many.
+func topHolder(holders map[string]int) (string, int) {
+	top, k := "", 0
+	for h, c := range holders {
+		if c > k || (c == k && h < top) {
+			top, k = h, c
+		}
+	}
+	return top, k
+}
+
+func holderList(holders map[string]int) string {
+	hs := make([]string, 0, len(holders))
+	for h := range holders {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool {
+		if holders[hs[i]] != holders[hs[j]] {
+			return holders[hs[i]] > holders[hs[j]]
+		}
+		return hs[i] < hs[j]
+	})
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		parts[i] = fmt.Sprintf("%s on %d", h, holders[h])
+	}
+	return strings.Join(parts, ", ")
+}

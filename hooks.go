@@ -108,6 +108,15 @@ func onReply[T any](c *Client, op string) func(int, quorum.Reply[T]) {
 	}
 }
 
+// onReplyOf is onReply for a call on the subset idx of the nodes.
+func onReplyOf[T any](c *Client, op string, idx []int) func(int, quorum.Reply[T]) {
+	h := onReply[T](c, op)
+	if h == nil {
+		return nil
+	}
+	return func(j int, r quorum.Reply[T]) { h(idx[j], r) }
+}
+
 func (c *Client) lost(resource string, err error) {
 	if h := c.cfg.hooks.OnLost; h != nil {
 		h(LostEvent{Resource: resource, Err: err})

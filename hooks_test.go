@@ -83,7 +83,8 @@ func TestHooks(t *testing.T) {
 	assert.Equal(t, 1, rec.lost)
 	assert.Equal(t, 1, rec.releases)
 	assert.Equal(t, 3*(rec.attempts[true]+rec.attempts[false]), rec.nodes["acquire"], "every node's reply to every attempt")
-	assert.Equal(t, 3, rec.nodes["release"])
+	assert.GreaterOrEqual(t, rec.nodes["release"], 2, "the nodes whose acquisition had answered")
+	assert.LessOrEqual(t, rec.nodes["release"], 3)
 	assert.Equal(t, 6, rec.nodes["extend"])
 	assert.Greater(t, rec.held[0], time.Duration(0))
 }

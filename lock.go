@@ -169,24 +169,32 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	defer c.mu.RUnlock()
 
-	l.acquire.Abandon() // stragglers of the acquisition release themselves as they land
-	call := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
+	// Nodes whose acquisition is still in flight release themselves as it lands
+	// (on the same pipelined connection, after it); the others are released now.
+	var done []int
+	for i, r := range l.acquire.Abandon() {
+		if r.Done {
+			done = append(done, i)
+		}
+	}
+	call := quorum.Start(context.WithoutCancel(ctx), len(done), func(ctx context.Context, j int) (struct{}, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 		defer cancel()
-		ok, err := c.nodes[i].Release(ctx, l.key, l.token, true)
+		ok, err := c.nodes[done[j]].Release(ctx, l.key, l.token, true)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "release")})
+	}, quorum.Options[struct{}]{Need: quorum.Majority(len(c.nodes)), Go: c.spawn, Now: c.cfg.clock.Now,
+		OnReply: onReplyOf[struct{}](c, "release", done)})
 	o := call.Wait(ctx)
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
-	err := l.releaseResult(ctx, o)
+	err := l.releaseResult(ctx, o, done)
 	if h := c.cfg.hooks.OnRelease; h != nil {
 		h(ReleaseEvent{Resource: l.resource, Held: c.cfg.clock.Now().Sub(l.acquiredAt), Err: err})
 	}
 	return err
 }
 
-func (l *Lock) releaseResult(ctx context.Context, o quorum.Outcome[struct{}]) error {
+func (l *Lock) releaseResult(ctx context.Context, o quorum.Outcome[struct{}], done []int) error {
 	c := l.c
 	if o.Success {
 		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
@@ -196,7 +204,8 @@ func (l *Lock) releaseResult(ctx context.Context, o quorum.Outcome[struct{}]) er
 	if o.No > len(c.nodes)-o.Need {
 		kind = ErrLockLost
 	}
-	qe := quorumError("release", l.resource, kind, c.nodes, o)
+	qe := quorumError("release", l.resource, kind, pick(c.nodes, done), o)
+	qe.Nodes = len(c.nodes)
 	if !o.Decided {
 		qe.Cause = ctx.Err()
 	}

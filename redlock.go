@@ -364,8 +364,10 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 // abandon gives up an acquisition: nodes that granted it (or whose answer is
 // unknown) are released now, stragglers as they land.
 func abandon(c *Client, call *quorum.Call[node.Acquired], key, token string) {
-	for _, i := range call.Abandon() {
-		c.spawn(func() { c.releaseDetached(i, key, token) })
+	for i, r := range call.Abandon() {
+		if r.Unsettled() {
+			c.spawn(func() { c.releaseDetached(i, key, token) })
+		}
 	}
 }
 
@@ -396,6 +398,15 @@ func quorumError[T any](op, resource string, kind error, nodes []node.Node, o qu
 		}
 	}
 	return qe
+}
+
+// pick returns the nodes at positions idx.
+func pick(nodes []node.Node, idx []int) []node.Node {
+	out := make([]node.Node, len(idx))
+	for j, i := range idx {
+		out[j] = nodes[i]
+	}
+	return out
 }
 
 // newToken returns 16 random bytes from crypto/rand, hex-encoded.

@@ -54,8 +54,10 @@ type muxConn struct {
 	send    chan *muxReq
 	pending chan *muxReq
 	done    chan struct{} // closed when the connection failed or was closed
-	once    sync.Once
-	err     error
+	// inflight counts commands sent (or being sent) whose reply has not been read.
+	inflight atomic.Int64
+	once     sync.Once
+	err      error
 }
 
 func newMux(conns int, health time.Duration, dial func(context.Context) (redis.Conn, error)) *mux {
@@ -135,6 +137,7 @@ func (mc *muxConn) write() {
 		// Send this command and every one already waiting, then flush once.
 		yielded := false
 		for req != nil {
+			mc.inflight.Add(1)
 			select {
 			case mc.pending <- req:
 			case <-mc.done:
@@ -149,9 +152,10 @@ func (mc *muxConn) write() {
 			case req = <-mc.send:
 			default:
 				req = nil
-				if !yielded {
-					// Let the goroutines that are about to send join this write:
-					// one system call for many commands is the point.
+				if !yielded && mc.inflight.Load() > 1 {
+					// Other commands are in flight, so callers are busy: let the
+					// ones about to send join this write (one system call for many
+					// commands is the point). A lone command is flushed at once.
 					yielded = true
 					runtime.Gosched()
 					select {
@@ -188,6 +192,7 @@ func (mc *muxConn) read(health time.Duration) {
 			return
 		}
 		v, err := redis.ReceiveWithTimeout(mc.c, health)
+		mc.inflight.Add(-1)
 		if err != nil {
 			if _, ok := err.(redis.Error); !ok { // a broken or hung connection
 				mc.fail(fmt.Errorf("node: receive: %w", err))

@@ -204,21 +204,16 @@ func (c *Call[T]) Replies() []Reply[T] {
 }
 
 // Abandon marks the call as abandoned: every node that answers from now on with an
-// Unsettled reply is undone by Options.Undo. It returns the nodes that had already
-// answered with an Unsettled reply, which the caller must undo itself. Only the
-// first call returns them; later calls return nil.
-func (c *Call[T]) Abandon() []int {
+// Unsettled reply is undone by Options.Undo. It returns the replies as they stood
+// at that moment: nodes that had answered (Done) are the caller's to undo, the
+// others undo themselves. Only the first call returns them; later calls return
+// nil.
+func (c *Call[T]) Abandon() []Reply[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dropped {
 		return nil
 	}
 	c.dropped = true
-	var idx []int
-	for i, r := range c.replies {
-		if r.Unsettled() {
-			idx = append(idx, i)
-		}
-	}
-	return idx
+	return append([]Reply[T](nil), c.replies...)
 }

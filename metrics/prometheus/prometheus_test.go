@@ -600,5 +600,8 @@ func TestConcurrentClient(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3*attempts, acquireReplies, "every node's reply to every attempt")
-	assert.Equal(t, 3*float64(released.Load()), releaseReplies)
+	// Release asks the nodes whose acquisition had answered (at least a
+	// majority); a straggler is released as its acquisition lands, unreported.
+	assert.GreaterOrEqual(t, releaseReplies, 2*float64(released.Load()))
+	assert.LessOrEqual(t, releaseReplies, 3*float64(released.Load()))
 }

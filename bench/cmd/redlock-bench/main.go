@@ -1,0 +1,505 @@
+// Command redlock-bench runs every benchmark scenario for this library (N=1, 3,
+// 5), go-redsync v4 (N=1, 3, 5) and bsm/redislock (N=1) in one run, on the same
+// five redis-server processes it starts on loopback, and writes the results as
+// docs/benchmarks.md (tables) and docs/benchmarks.svg (chart).
+//
+// Run it from the bench directory:
+//
+//	cd bench && go run ./cmd/redlock-bench
+//
+// Scenarios: sequential Lock+Release latency and allocations; throughput with 32
+// goroutines on keys of their own; handoff latency and fairness with 8
+// goroutines on one key; sequential latency at N=5 with one node paused
+// (SIGSTOP) and with one killed (SIGKILL). The defaults take about a minute and
+// a half on two cores.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redlock-go/redlock/bench"
+)
+
+type flags struct {
+	redisServer     string
+	docs            string
+	iters           int
+	warmup          int
+	maxSeq          time.Duration
+	duration        time.Duration
+	tpWarmup        time.Duration
+	goroutines      int
+	contended       time.Duration
+	contenders      int
+	hold            time.Duration
+	peerPausedIters int
+	cpuProfile      string
+	profileLib      string
+	profileOnly     bool
+	rounds          int
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("redlock-bench: ")
+	var f flags
+	flag.StringVar(&f.redisServer, "redis-server", "redis-server", "redis-server binary")
+	flag.StringVar(&f.docs, "docs", "../docs", "directory to write benchmarks.md and benchmarks.svg to (empty: do not write)")
+	flag.IntVar(&f.iters, "iters", 2000, "measured Lock+Release pairs per sequential, paused and killed run")
+	flag.IntVar(&f.warmup, "warmup", 200, "unmeasured Lock+Release pairs before each sequential run")
+	flag.DurationVar(&f.maxSeq, "max-seq", 15*time.Second, "time cap of one sequential run")
+	flag.DurationVar(&f.duration, "duration", 3*time.Second, "measured time of each throughput run")
+	flag.DurationVar(&f.tpWarmup, "tp-warmup", 300*time.Millisecond, "unmeasured time before each throughput run")
+	flag.IntVar(&f.goroutines, "goroutines", 32, "goroutines of the throughput scenario")
+	flag.DurationVar(&f.contended, "contended", 3*time.Second, "time of each contended run")
+	flag.IntVar(&f.contenders, "contenders", 8, "goroutines of the contended scenario")
+	flag.DurationVar(&f.hold, "hold", time.Millisecond, "how long a contender holds the lock")
+	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
+	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
+	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
+	flag.BoolVar(&f.profileOnly, "profile-only", false, "with -cpuprofile: skip the benchmarks and the report, run only the profiled run")
+	flag.StringVar(&f.profileLib, "profile-lib", bench.LibRedlock, "library of the -cpuprofile run: "+bench.LibRedlock+" or "+bench.LibRedsync)
+	flag.Parse()
+	if flag.NArg() > 0 || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.duration <= 0 || f.contended <= 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(f); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	lib string
+	n   int
+}
+
+var configs = []config{
+	{bench.LibRedlock, 1}, {bench.LibRedsync, 1}, {bench.LibRedislock, 1},
+	{bench.LibRedlock, 3}, {bench.LibRedsync, 3},
+	{bench.LibRedlock, 5}, {bench.LibRedsync, 5},
+}
+
+func run(f flags) error {
+	began := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep := &bench.Report{Date: commandOutput("date"), Command: commandLine(), Core: coreVersion("..")}
+	loadBefore := loadAvg()
+	cl, err := bench.StartCluster(f.redisServer, 5)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rep.Machine = machine(cl)
+	log.Printf("5 redis-server %s on %s; %s", rep.Machine.RedisVersion, strings.Join(cl.Addrs(5), " "), rep.Machine.GoVersion)
+
+	if f.profileOnly {
+		if f.cpuProfile == "" {
+			return errors.New("-profile-only needs -cpuprofile")
+		}
+		return profiled(ctx, cl, f)
+	}
+
+	// once runs fn on a fresh locker of lib over the first n servers.
+	once := func(lib string, n int, fn func(bench.Locker) bench.Result) (bench.Result, error) {
+		if err := ctx.Err(); err != nil {
+			return bench.Result{}, err
+		}
+		if err := cl.Flush(); err != nil {
+			return bench.Result{}, err
+		}
+		l, err := bench.NewLocker(lib, cl.Addrs(n))
+		if err != nil {
+			return bench.Result{}, err
+		}
+		runtime.GC()
+		r := fn(l)
+		if err := l.Close(); err != nil {
+			log.Printf("%s N=%d: close: %v", lib, n, err)
+		}
+		return r, nil
+	}
+	// measure runs fn once and reports the result.
+	measure := func(lib string, n int, fn func(bench.Locker) bench.Result) error {
+		r, err := once(lib, n, fn)
+		if err != nil {
+			return err
+		}
+		logResult(r)
+		rep.Results = append(rep.Results, r)
+		return nil
+	}
+	// interleaved runs fn for every configuration, f.rounds times in turn on the
+	// same lockers, and merges each configuration's rounds: a drift of the
+	// machine during the run then weighs on every library alike.
+	interleaved := func(fn func(l bench.Locker) bench.Result) error {
+		lockers := make([]bench.Locker, len(configs))
+		defer func() {
+			for _, l := range lockers {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+		}()
+		for i, c := range configs {
+			l, err := bench.NewLocker(c.lib, cl.Addrs(c.n))
+			if err != nil {
+				return err
+			}
+			lockers[i] = l
+		}
+		parts := make([][]bench.Result, len(configs))
+		for round := 0; round < f.rounds; round++ {
+			for i, l := range lockers {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := cl.Flush(); err != nil {
+					return err
+				}
+				runtime.GC()
+				parts[i] = append(parts[i], fn(l))
+			}
+		}
+		for i := range configs {
+			r := bench.Merge(parts[i]...)
+			logResult(r)
+			rep.Results = append(rep.Results, r)
+		}
+		return nil
+	}
+	seq := bench.SequentialConfig{Warmup: f.warmup, Iterations: f.iters, MaxTime: f.maxSeq, OpTimeout: 10 * time.Second}
+	seqRound := seq
+	seqRound.Iterations, seqRound.MaxTime = ceilDiv(f.iters, f.rounds), f.maxSeq/time.Duration(f.rounds)
+	counter := func(l bench.Locker) bench.Counter {
+		return func() (int64, error) { return cl.Commands(l.N()) }
+	}
+	if err := interleaved(func(l bench.Locker) bench.Result {
+		cfg := seqRound
+		cfg.Commands = counter(l)
+		return bench.Sequential(ctx, l, bench.ScenarioSequential, cfg)
+	}); err != nil {
+		return err
+	}
+	warmed := map[bench.Locker]bool{}
+	if err := interleaved(func(l bench.Locker) bench.Result {
+		warmup := f.tpWarmup / 4
+		if !warmed[l] {
+			warmup, warmed[l] = f.tpWarmup, true
+		}
+		return bench.Throughput(ctx, l, bench.ThroughputConfig{Goroutines: f.goroutines, Warmup: warmup,
+			Duration: f.duration / time.Duration(f.rounds), Commands: counter(l),
+			ServerCPU: func() (time.Duration, error) { return cl.CPUTime(l.N()) }})
+	}); err != nil {
+		return err
+	}
+	cc := bench.ContendedConfig{Goroutines: f.contenders, Duration: f.contended / time.Duration(f.rounds), Hold: f.hold}
+	if err := interleaved(func(l bench.Locker) bench.Result {
+		return bench.Contended(ctx, l, cc)
+	}); err != nil {
+		return err
+	}
+
+	// Faults on the fifth node: pause it, then kill it. Only the multi-node
+	// libraries at N=5 apply. redlock's paused runs alternate with healthy
+	// reference runs, so that the ratio compares like with like.
+	victim := cl.Servers[4]
+	sequential := func(scenario string, cfg bench.SequentialConfig) func(bench.Locker) bench.Result {
+		return func(l bench.Locker) bench.Result {
+			cfg.Commands = counter(l)
+			return bench.Sequential(ctx, l, scenario, cfg)
+		}
+	}
+	var refs, pauses []bench.Result
+	for round := 0; round < f.rounds; round++ {
+		r, err := once(bench.LibRedlock, 5, sequential(bench.ScenarioHealthyRef, seqRound))
+		if err != nil {
+			return err
+		}
+		refs = append(refs, r)
+		if err := victim.Pause(); err != nil {
+			return err
+		}
+		r, err = once(bench.LibRedlock, 5, sequential(bench.ScenarioPaused, seqRound))
+		if err := errors.Join(err, victim.Resume()); err != nil {
+			return err
+		}
+		pauses = append(pauses, r)
+	}
+	for _, r := range []bench.Result{bench.Merge(refs...), bench.Merge(pauses...)} {
+		logResult(r)
+		rep.Results = append(rep.Results, r)
+	}
+	peerPaused := seq
+	peerPaused.Warmup, peerPaused.Iterations = 0, f.peerPausedIters
+	if err := victim.Pause(); err != nil {
+		return err
+	}
+	err = measure(bench.LibRedsync, 5, func(l bench.Locker) bench.Result {
+		r := sequential(bench.ScenarioPaused, peerPaused)(l)
+		r.Capped = true
+		return r
+	})
+	if err := errors.Join(err, victim.Resume()); err != nil {
+		return err
+	}
+	victim.Kill()
+	for _, lib := range []string{bench.LibRedlock, bench.LibRedsync} {
+		if err := measure(lib, 5, sequential(bench.ScenarioKilled, seq)); err != nil {
+			return err
+		}
+	}
+
+	if err := victim.Restart(); err != nil {
+		return err
+	}
+	if f.cpuProfile != "" {
+		if err := profiled(ctx, cl, f); err != nil {
+			return err
+		}
+	}
+
+	rep.Took = time.Since(began)
+	if loadBefore != "" {
+		rep.Load = fmt.Sprintf("1/5/15-minute load average %s before the run, %s after (%d CPUs; the benchmark itself keeps about 2 busy)",
+			loadBefore, loadAvg(), rep.Machine.CPUs)
+	}
+	rep.Settings = settings(f)
+	rep.Notes = notes(rep, f)
+	for _, t := range rep.Targets() {
+		log.Printf("target: %s: %s (met: %v)", t.Name, t.Measured, t.Met)
+	}
+	if f.docs == "" {
+		return nil
+	}
+	var md, svg bytes.Buffer
+	if err := bench.WriteMarkdown(&md, rep); err != nil {
+		return err
+	}
+	if err := bench.WriteSVG(&svg, rep); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(f.docs, "benchmarks.md"), md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(f.docs, "benchmarks.svg"), svg.Bytes(), 0o644); err != nil {
+		return err
+	}
+	log.Printf("wrote %s and %s in %s", filepath.Join(f.docs, "benchmarks.md"), filepath.Join(f.docs, "benchmarks.svg"), rep.Took.Round(time.Second))
+	return nil
+}
+
+// profiled runs the throughput scenario of f.profileLib at N=5 under the CPU
+// profiler; it is not reported, so that the profile holds nothing else.
+func profiled(ctx context.Context, cl *bench.Cluster, f flags) error {
+	l, err := bench.NewLocker(f.profileLib, cl.Addrs(5))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := cl.Flush(); err != nil {
+		return err
+	}
+	stop, err := startProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	r := bench.Throughput(ctx, l, bench.ThroughputConfig{Goroutines: f.goroutines, Warmup: f.tpWarmup,
+		Duration: f.duration, Commands: func() (int64, error) { return cl.Commands(5) },
+		ServerCPU: func() (time.Duration, error) { return cl.CPUTime(5) }})
+	stop()
+	log.Printf("profiled run of %s at N=5 (not in the report): %.0f ops/s, p50 %v, %.1f server commands/op, CPU/op client %v + servers %v; profile in %s",
+		f.profileLib, r.OpsPerSec, r.P50, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, f.cpuProfile)
+	return nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func startProfile(path string) (func(), error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}, nil
+}
+
+func logResult(r bench.Result) {
+	extra := ""
+	if r.Errors > 0 {
+		extra = fmt.Sprintf(" errors=%d (first: %v)", r.Errors, r.FirstErr)
+	}
+	log.Printf("%-14s %-13s N=%d p50=%-9v p99=%-9v ops/s=%-8.0f fair=%.2f allocs/op=%.0f cmds/op=%.1f cpu/op=%v+%v n=%d%s",
+		r.Scenario, r.Lib, r.N, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.OpsPerSec,
+		r.Fairness, r.AllocsPerOp, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, r.Samples, extra)
+}
+
+// commandOutput runs a command and returns its trimmed output, or "" on error.
+func commandOutput(name string, args ...string) string {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// commandLine reconstructs the command that is running, from the repository root.
+func commandLine() string {
+	prog := "go run ./cmd/redlock-bench"
+	if exe := os.Args[0]; !strings.Contains(exe, "go-build") {
+		prog = exe
+	}
+	parts := []string{"cd bench &&", prog}
+	for _, a := range os.Args[1:] {
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func machine(cl *bench.Cluster) bench.Machine {
+	m := bench.Machine{
+		CPUs:      runtime.NumCPU(),
+		GoVersion: runtime.Version(),
+		OS:        runtime.GOOS + "/" + runtime.GOARCH,
+	}
+	if n := commandOutput("nproc"); n != "" {
+		fmt.Sscan(n, &m.CPUs)
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.OS += " (Linux " + strings.TrimSpace(string(b)) + ")"
+	}
+	if v, err := cl.Servers[0].Version(); err == nil {
+		m.RedisVersion = v
+	}
+	return m
+}
+
+// coreVersion describes the library's working tree at root: its commit, and
+// whether files of the library (outside bench/, docs/ and faults/) differ from it. Both git commands are
+// read-only (--no-optional-locks: not even the index is refreshed).
+func coreVersion(root string) string {
+	commit := commandOutput("git", "--no-optional-locks", "-C", root, "log", "-1", "--format=%h (%cs)")
+	if commit == "" {
+		return ""
+	}
+	status := commandOutput("git", "--no-optional-locks", "-C", root, "status", "--porcelain", "--",
+		".", ":(exclude)bench", ":(exclude)docs", ":(exclude)faults") // faults and bench are modules of their own
+	if status == "" {
+		return "commit " + commit
+	}
+	return fmt.Sprintf("commit %s plus uncommitted changes to %d files (the working tree as it was during the run)",
+		commit, len(strings.Split(status, "\n")))
+}
+
+// loadAvg returns the first three fields of /proc/loadavg, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " / ")
+}
+
+// depVersion returns the version of module path in this binary, or "?".
+func depVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "?"
+}
+
+func settings(f flags) []string {
+	return []string{
+		"Five redis-server processes on 127.0.0.1, started once by the command with `--save \"\" --appendonly no`; a run at N nodes uses the first N. " +
+			"Before every run the servers are emptied (FLUSHALL).",
+		fmt.Sprintf("`sequential`, `throughput` and `contended` run in %d rounds: each round runs every library × N in turn on the same clients, and a row merges its rounds "+
+			"(latencies pooled, operations and time summed), so that a drift of the shared machine weighs on every library alike.", f.rounds),
+		"**redlock** (this module, via `replace`): `redlock.Dial` with its defaults (node timeout 500 ms, retry backoff 4–250 ms with full jitter, its own connection handling) and a 10 s TTL.",
+		fmt.Sprintf("**go-redsync** %s with its redigo adapter (redigo %s): a `redis.Pool` per node with MaxIdle %d and connect/read/write timeouts of %v (its adapter calls `Do`, not `DoContext`, so without a read timeout a paused node blocks forever); "+
+			"`NewMutex` per lock with `WithExpiry(10s)`, default retries (32 tries, 50–250 ms apart), no fail-fast.",
+			depVersion("github.com/go-redsync/redsync/v4"), depVersion("github.com/gomodule/redigo"), bench.PoolSize, bench.RedsyncReadTimeout),
+		fmt.Sprintf("**bsm/redislock** %s on go-redis %s (PoolSize %d), N=1 only (it is single-node): `Obtain` with a fresh `ExponentialBackoff(16ms, 250ms)` per call and a 10 s TTL.",
+			depVersion("github.com/bsm/redislock"), depVersion("github.com/redis/go-redis/v9"), bench.PoolSize),
+		fmt.Sprintf("`sequential`: per round, %d unmeasured then %d measured Lock+Release pairs on one key, one at a time (capped at %v per round). "+
+			"p50/p99 by nearest rank. allocs/op and B/op are `runtime.MemStats` Mallocs and TotalAlloc deltas around the measured loop divided by its pairs, background goroutines of the libraries included.",
+			f.warmup, ceilDiv(f.iters, f.rounds), f.maxSeq/time.Duration(f.rounds)),
+		fmt.Sprintf("`throughput`: %d goroutines, each on a key of its own, Lock+Release in a loop for %v in all (%v per round, after %v of warm-up in the first round and %v in the others); ops/s counts completed pairs, p50/p99 their latency. "+
+			"CPU µs/op is the CPU time (user + system) of the benchmark process (getrusage) and of the N servers (/proc/<pid>/stat) over the measured time, divided by the pairs: "+
+			"on a machine shared with other work it is steadier than ops/s, and on a CPU-bound machine ops/s ≈ CPUs ÷ (client + servers).",
+			f.goroutines, f.duration, f.duration/time.Duration(f.rounds), f.tpWarmup, f.tpWarmup/4),
+		fmt.Sprintf("`contended`: %d goroutines on one key for %v in all; each calls Lock (the library's own retry policy), holds the lock %v, releases it, "+
+			"and waits until another goroutine has taken it before calling Lock again, so every release goes to a contender that was already waiting. "+
+			"The latency is the handoff: from the moment a holder starts releasing to the moment the next holder's Lock returns. ops/s counts acquisitions; fairness is the fewest acquisitions of one goroutine divided by the most (1 = perfectly even).",
+			f.contenders, f.contended, f.hold),
+		fmt.Sprintf("`1 of 5 paused`: node 5 stopped with SIGSTOP (the kernel still accepts its connections, nothing answers), then a sequential run at N=5 on fresh clients. "+
+			"For redlock, %d rounds of: a healthy run (`%s`), pause, a paused run (%d warm-up and %d measured pairs each), resume; the paused target compares the two. "+
+			"go-redsync makes one paused run capped at %d pairs without warm-up, because each pair takes two of its %v read timeouts (it waits for every node on Lock and on Unlock).",
+			f.rounds, bench.ScenarioHealthyRef, f.warmup, ceilDiv(f.iters, f.rounds), f.peerPausedIters, bench.RedsyncReadTimeout),
+		fmt.Sprintf("`1 of 5 killed`: node 5 killed with SIGKILL (connections refused), then one sequential run at N=5 (%d warm-up and %d measured pairs, fresh clients).", f.warmup, f.iters),
+	}
+}
+
+func notes(rep *bench.Report, f flags) []string {
+	var out []string
+	for _, r := range rep.Results {
+		if r.Errors > 0 {
+			out = append(out, fmt.Sprintf("%s, %s N=%d: %d errors, first: %v", r.Scenario, r.Lib, r.N, r.Errors, r.FirstErr))
+		}
+		if r.Overlaps > 0 {
+			out = append(out, fmt.Sprintf("%s, %s N=%d: %d acquisitions overlapped another holder", r.Scenario, r.Lib, r.N, r.Overlaps))
+		}
+	}
+	if f.cpuProfile != "" {
+		out = append(out, fmt.Sprintf("After the measurements, an extra throughput run of %s at N=5 (not in the tables) was CPU-profiled into %s (`go tool pprof -top %s`).", f.profileLib, f.cpuProfile, f.cpuProfile))
+	}
+	return out
+}

@@ -1,0 +1,21 @@
+// Package bench compares this library with its peers on real redis-server
+// processes on loopback: go-redsync v4 (with its redigo pool) at N=1, 3, 5 and
+// bsm/redislock at N=1.
+//
+// It is a module of its own (github.com/redlock-go/redlock/bench, with a replace
+// directive to the root) so that the core module never depends on the libraries
+// it is compared with.
+//
+// The package provides three things:
+//
+//   - a small redis-server launcher (Server, Cluster): free loopback ports,
+//     persistence off, pause (SIGSTOP), resume (SIGCONT) and kill (SIGKILL);
+//   - one Locker adapter per library (NewRedlock, NewRedsync, NewRedislock), so
+//     that every scenario drives every library through the same loop;
+//   - the scenarios (Sequential, Throughput, Contended) and the report writers
+//     (WriteMarkdown, WriteSVG) used by the command cmd/redlock-bench, which
+//     produces docs/benchmarks.md and docs/benchmarks.svg.
+//
+// The testing.B benchmarks of this package (go test -run - -bench .) measure the
+// same operations with the standard tooling.
+package bench

@@ -1,0 +1,515 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Scenario names, as they appear in the report.
+const (
+	ScenarioSequential = "sequential"
+	ScenarioThroughput = "throughput"
+	ScenarioContended  = "contended"
+	ScenarioHealthyRef = "5 of 5 healthy (ref)"
+	ScenarioPaused     = "1 of 5 paused"
+	ScenarioKilled     = "1 of 5 killed"
+)
+
+// Result is what one scenario measured for one library at one N.
+type Result struct {
+	Scenario string
+	Lib      string
+	N        int
+	// Ops counts successful operations: Lock+Release pairs, or acquisitions
+	// in the contended scenario.
+	Ops int
+	// Errors counts failed Lock or Release calls (a Lock cut short by the end
+	// of a timed scenario is not an error).
+	Errors int
+	// FirstErr is the first error seen, if any.
+	FirstErr error
+	// Elapsed is the measured wall time.
+	Elapsed time.Duration
+	// P50 and P99 are latency percentiles: of Lock+Release, or in the contended
+	// scenario of the handoff (release started → another goroutine acquired).
+	P50, P99 time.Duration
+	// Samples is the number of latencies behind P50 and P99.
+	Samples int
+	// OpsPerSec is Ops / Elapsed.
+	OpsPerSec float64
+	// Fairness is, in the contended scenario, the smallest number of
+	// acquisitions of one goroutine divided by the largest (1 is perfectly
+	// fair); NaN elsewhere.
+	Fairness float64
+	// Overlaps counts, in the contended scenario, acquisitions made while
+	// another goroutine believed it held the lock (should be 0).
+	Overlaps int
+	// AllocsPerOp and BytesPerOp are heap allocations per Lock+Release, from
+	// runtime.MemStats deltas around the sequential loop; NaN elsewhere.
+	AllocsPerOp, BytesPerOp float64
+	// CmdsPerOp is the number of commands the servers processed per operation
+	// (INFO stats, total_commands_processed), when a Counter was given; NaN
+	// otherwise.
+	CmdsPerOp float64
+	// ClientCPUPerOp and ServerCPUPerOp are the CPU time (user + system) per
+	// operation of this process and of the servers, in the throughput
+	// scenario; 0 when unknown. On a machine shared with other work they say
+	// more than the rates, which depend on what else runs.
+	ClientCPUPerOp, ServerCPUPerOp time.Duration
+	// Capped reports that the loop stopped at its iteration or time cap.
+	Capped bool
+	// Rounds is the number of runs merged into this result (see Merge).
+	Rounds int
+	// Latencies are the sorted samples behind P50 and P99.
+	Latencies []time.Duration
+
+	mallocs, bytes       uint64        // heap deltas of a sequential run
+	cmds                 int64         // server commands of the measured part, -1 if unknown
+	clientCPU, serverCPU time.Duration // CPU times of the measured part, -1 if unknown
+	counts               []int         // acquisitions per goroutine of a contended run
+}
+
+func newResult(scenario string, l Locker) Result {
+	return Result{Scenario: scenario, Lib: l.Lib(), N: l.N(), Rounds: 1, cmds: -1, clientCPU: -1, serverCPU: -1,
+		Fairness: math.NaN(), AllocsPerOp: math.NaN(), BytesPerOp: math.NaN(), CmdsPerOp: math.NaN()}
+}
+
+// Merge combines runs of one scenario for one library and N (rounds
+// interleaved with other libraries' runs, so that a machine's drift affects
+// every library alike) into one result: operations, errors and time add up,
+// latencies are pooled, allocations are averaged over all operations, and
+// contended acquisitions are summed per goroutine before fairness is computed.
+func Merge(parts ...Result) Result {
+	if len(parts) == 0 {
+		return Result{}
+	}
+	r := parts[0]
+	r.Latencies = slices.Clone(r.Latencies)
+	r.counts = slices.Clone(r.counts)
+	for _, p := range parts[1:] {
+		r.Ops += p.Ops
+		r.Errors += p.Errors
+		if r.FirstErr == nil {
+			r.FirstErr = p.FirstErr
+		}
+		r.Elapsed += p.Elapsed
+		r.Overlaps += p.Overlaps
+		r.Capped = r.Capped || p.Capped
+		r.Rounds += p.Rounds
+		r.Latencies = append(r.Latencies, p.Latencies...)
+		r.mallocs += p.mallocs
+		r.bytes += p.bytes
+		if r.cmds >= 0 && p.cmds >= 0 {
+			r.cmds += p.cmds
+		} else {
+			r.cmds = -1
+		}
+		if r.clientCPU >= 0 && p.clientCPU >= 0 {
+			r.clientCPU += p.clientCPU
+		} else {
+			r.clientCPU = -1
+		}
+		if r.serverCPU >= 0 && p.serverCPU >= 0 {
+			r.serverCPU += p.serverCPU
+		} else {
+			r.serverCPU = -1
+		}
+		for i, c := range p.counts {
+			if i < len(r.counts) {
+				r.counts[i] += c
+			}
+		}
+	}
+	if r.Elapsed > 0 {
+		r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
+	}
+	if n := r.Ops + r.Errors; n > 0 && !math.IsNaN(r.AllocsPerOp) {
+		r.AllocsPerOp = float64(r.mallocs) / float64(n)
+		r.BytesPerOp = float64(r.bytes) / float64(n)
+	}
+	if len(r.counts) > 0 {
+		r.setFairness(r.counts)
+	}
+	r.setCmds(r.cmds)
+	r.setCPU(r.clientCPU, r.serverCPU)
+	r.setLatencies(r.Latencies)
+	return r
+}
+
+// setCPU records the CPU times of the measured part (-1: unknown).
+func (r *Result) setCPU(client, server time.Duration) {
+	r.clientCPU, r.serverCPU = client, server
+	r.ClientCPUPerOp, r.ServerCPUPerOp = 0, 0
+	if r.Ops == 0 {
+		return
+	}
+	if client >= 0 {
+		r.ClientCPUPerOp = client / time.Duration(r.Ops)
+	}
+	if server >= 0 {
+		r.ServerCPUPerOp = server / time.Duration(r.Ops)
+	}
+}
+
+// CPUMeter returns CPU time used so far.
+type CPUMeter func() (time.Duration, error)
+
+func (m CPUMeter) read() time.Duration {
+	if m == nil {
+		return -1
+	}
+	d, err := m()
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// Counter returns the number of commands the servers have processed so far.
+type Counter func() (int64, error)
+
+// count reads c, or returns -1 when c is nil or fails.
+func (c Counter) count() int64 {
+	if c == nil {
+		return -1
+	}
+	n, err := c()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// setCmds records the commands counted over the measured part.
+func (r *Result) setCmds(cmds int64) {
+	r.cmds = cmds
+	r.CmdsPerOp = math.NaN()
+	if n := r.Ops + r.Errors; cmds >= 0 && n > 0 {
+		r.CmdsPerOp = float64(cmds) / float64(n)
+	}
+}
+
+func (r *Result) setFairness(counts []int) {
+	r.counts = counts
+	if hi := slices.Max(counts); hi > 0 {
+		r.Fairness = float64(slices.Min(counts)) / float64(hi)
+	}
+}
+
+// Percentile returns the q-quantile (0 < q ≤ 1) of sorted, by the nearest-rank
+// method, or 0 if sorted is empty.
+func Percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func (r *Result) setLatencies(lat []time.Duration) {
+	slices.Sort(lat)
+	r.Latencies = lat
+	r.Samples = len(lat)
+	r.P50, r.P99 = Percentile(lat, 0.50), Percentile(lat, 0.99)
+}
+
+func (r *Result) fail(err error) {
+	r.Errors++
+	if r.FirstErr == nil {
+		r.FirstErr = err
+	}
+}
+
+// lockRelease is one Lock+Release on key.
+func lockRelease(ctx context.Context, l Locker, key string) error {
+	h, err := l.Lock(ctx, key)
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	if err := h.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// SequentialConfig bounds a sequential run.
+type SequentialConfig struct {
+	// Warmup Lock+Release pairs are run first and not measured.
+	Warmup int
+	// Iterations is the number of measured Lock+Release pairs.
+	Iterations int
+	// MaxTime stops the measured loop early (0 = no limit).
+	MaxTime time.Duration
+	// OpTimeout bounds each Lock+Release (0 = no limit).
+	OpTimeout time.Duration
+	// Commands, if set, counts the servers' commands around the measured loop.
+	Commands Counter
+}
+
+// Sequential measures Lock+Release latency on one key, one call at a time,
+// and the heap allocations per pair (runtime.MemStats deltas around the
+// measured loop, so allocations of the library's background goroutines
+// count too).
+func Sequential(ctx context.Context, l Locker, scenario string, cfg SequentialConfig) Result {
+	r := newResult(scenario, l)
+	key := "seq"
+	deadline := time.Time{}
+	if cfg.MaxTime > 0 {
+		deadline = time.Now().Add(cfg.MaxTime)
+	}
+	op := func() error {
+		if cfg.OpTimeout <= 0 {
+			return lockRelease(ctx, l, key)
+		}
+		octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+		defer cancel()
+		return lockRelease(octx, l, key)
+	}
+	for i := 0; i < cfg.Warmup && ctx.Err() == nil; i++ {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			break
+		}
+		_ = op()
+	}
+	lat := make([]time.Duration, 0, cfg.Iterations)
+	var before, after runtime.MemStats
+	cmds0 := cfg.Commands.count()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for i := 0; i < cfg.Iterations && ctx.Err() == nil; i++ {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			r.Capped = true
+			break
+		}
+		t0 := time.Now()
+		err := op()
+		d := time.Since(t0)
+		if err != nil {
+			r.fail(err)
+			continue
+		}
+		lat = append(lat, d)
+		r.Ops++
+	}
+	r.Elapsed = time.Since(start)
+	runtime.ReadMemStats(&after)
+	r.mallocs, r.bytes = after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc
+	if cmds1 := cfg.Commands.count(); cmds0 >= 0 && cmds1 >= 0 {
+		r.setCmds(cmds1 - cmds0)
+	}
+	if n := r.Ops + r.Errors; n > 0 {
+		r.AllocsPerOp = float64(r.mallocs) / float64(n)
+		r.BytesPerOp = float64(r.bytes) / float64(n)
+	}
+	if r.Elapsed > 0 {
+		r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
+	}
+	r.setLatencies(lat)
+	return r
+}
+
+// ThroughputConfig shapes the throughput scenario.
+type ThroughputConfig struct {
+	// Goroutines each run Lock+Release in a loop on a key of their own.
+	Goroutines int
+	// Warmup is run first and not measured; Duration is measured.
+	Warmup, Duration time.Duration
+	// Commands, if set, counts the servers' commands around the measured part.
+	Commands Counter
+	// ServerCPU, if set, reads the servers' CPU time around the measured part
+	// (the process's own is read with getrusage).
+	ServerCPU CPUMeter
+}
+
+// Throughput runs cfg.Goroutines goroutines, each doing Lock+Release on a key
+// of its own in a loop, for cfg.Warmup (not measured) then for cfg.Duration,
+// and reports the rate of pairs and their latency.
+func Throughput(ctx context.Context, l Locker, cfg ThroughputConfig) Result {
+	r := newResult(ScenarioThroughput, l)
+	if cfg.Warmup > 0 {
+		runLoops(ctx, l, cfg.Goroutines, cfg.Warmup, "tp", nil)
+	}
+	per := make([][]time.Duration, cfg.Goroutines)
+	errs := make([]error, cfg.Goroutines)
+	nerr := make([]int, cfg.Goroutines)
+	cmds0 := cfg.Commands.count()
+	client0, server0 := processCPU(), cfg.ServerCPU.read()
+	start := time.Now()
+	runLoops(ctx, l, cfg.Goroutines, cfg.Duration, "tp", func(g int, lat time.Duration, err error) {
+		if err != nil {
+			if errs[g] == nil {
+				errs[g] = err
+			}
+			nerr[g]++
+			return
+		}
+		per[g] = append(per[g], lat)
+	})
+	r.Elapsed = time.Since(start)
+	client1, server1 := processCPU(), cfg.ServerCPU.read()
+	cmds1 := cfg.Commands.count()
+	var all []time.Duration
+	for g := range per {
+		all = append(all, per[g]...)
+		r.Errors += nerr[g]
+		if r.FirstErr == nil && errs[g] != nil {
+			r.FirstErr = errs[g]
+		}
+	}
+	r.Ops = len(all)
+	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
+	if cmds0 >= 0 && cmds1 >= 0 {
+		r.setCmds(cmds1 - cmds0)
+	}
+	client, server := time.Duration(-1), time.Duration(-1)
+	if client0 >= 0 && client1 >= 0 {
+		client = client1 - client0
+	}
+	if server0 >= 0 && server1 >= 0 {
+		server = server1 - server0
+	}
+	r.setCPU(client, server)
+	r.setLatencies(all)
+	return r
+}
+
+// runLoops runs goroutines loops of Lock+Release on keys prefix:g for d; each
+// loop reports to record (if not nil), which must only touch slot g.
+func runLoops(ctx context.Context, l Locker, goroutines int, d time.Duration, prefix string, record func(g int, lat time.Duration, err error)) {
+	end := time.Now().Add(d)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(5*time.Second))
+	defer cancel()
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("%s:%d", prefix, g)
+			for ctx.Err() == nil && time.Now().Before(end) {
+				t0 := time.Now()
+				err := lockRelease(ctx, l, key)
+				if record != nil {
+					record(g, time.Since(t0), err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// ContendedConfig shapes the contended scenario.
+type ContendedConfig struct {
+	// Goroutines contend for one key.
+	Goroutines int
+	// Duration of the run.
+	Duration time.Duration
+	// Hold is how long a goroutine keeps the lock.
+	Hold time.Duration
+}
+
+// Contended runs cfg.Goroutines goroutines on one shared key. Each, in a loop,
+// calls Lock (retrying with the library's own policy), holds the lock for
+// cfg.Hold, releases it, and waits until another goroutine has taken it before
+// asking again: every release is thus handed to a contender that was already
+// waiting, and the releaser never competes for its own lock. It reports the
+// handoff latency (from the moment a holder starts releasing to the moment the
+// next holder's Lock returns), acquisitions per second, and fairness (fewest
+// acquisitions of one goroutine divided by the most).
+func Contended(ctx context.Context, l Locker, cfg ContendedConfig) Result {
+	r := newResult(ScenarioContended, l)
+	key := "contended"
+	end := time.Now().Add(cfg.Duration)
+	lctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		holders  int
+		relStart time.Time
+		pending  bool                  // a release started and nobody acquired since
+		taken    = make(chan struct{}) // closed at the next acquisition
+		handoffs []time.Duration
+		counts   = make([]int, cfg.Goroutines)
+	)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < cfg.Goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for lctx.Err() == nil {
+				h, err := l.Lock(lctx, key)
+				now := time.Now()
+				if err != nil {
+					if lctx.Err() == nil {
+						mu.Lock()
+						r.fail(err)
+						mu.Unlock()
+					}
+					continue
+				}
+				mu.Lock()
+				holders++
+				if holders > 1 {
+					r.Overlaps++
+				}
+				if pending {
+					handoffs = append(handoffs, now.Sub(relStart))
+				}
+				pending = false
+				counts[g]++
+				close(taken)
+				taken = make(chan struct{})
+				mu.Unlock()
+
+				sleep(cfg.Hold)
+
+				mu.Lock()
+				holders--
+				relStart, pending = time.Now(), true
+				next := taken
+				mu.Unlock()
+				if err := h.Release(ctx); err != nil {
+					mu.Lock()
+					r.fail(fmt.Errorf("release: %w", err))
+					mu.Unlock()
+				}
+				select { // let a waiting contender take it
+				case <-next:
+				case <-lctx.Done():
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.Elapsed = time.Since(start)
+	for _, c := range counts {
+		r.Ops += c
+	}
+	r.setFairness(counts)
+	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
+	r.setLatencies(handoffs)
+	return r
+}
+
+// processCPU returns the CPU time (user + system) used by this process, or -1.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func sleep(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
+	}
+}

@@ -55,6 +55,20 @@ func defaultConfig() config {
 	}
 }
 
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
 // Option configures a Client.
 type Option interface{ apply(*config) error }
 

@@ -37,14 +37,9 @@ type Client struct {
 // replication between them). One node is single-instance mode with the same API.
 // The nodes stay the caller's: Close does not close them.
 func New(nodes []node.Node, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkTTL(cfg.ttl, cfg.driftFactor); err != nil {
 		return nil, err
@@ -83,14 +78,9 @@ func checkNodes(nodes []node.Node) error {
 // node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS. It does
 // not connect; nodes that are down are simply failed votes until they come back.
 func Dial(urls []string, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.apply(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	if len(urls) == 0 {
 		return nil, invalid("no node URLs")

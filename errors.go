@@ -97,4 +97,7 @@ func (e *QuorumError) Unwrap() []error {
 	return errs
 }
 
-var errReleased = errors.New("lock was released")
+var (
+	errReleased      = errors.New("lock was released")
+	errLeaseOutlived = errors.New("no majority answered before the lease would have run out")
+)

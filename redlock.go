@@ -313,7 +313,11 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		return a, a.OK, err
 	}, quorum.Options[node.Acquired]{Undo: undo, Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[node.Acquired](c, "acquire")})
 
-	o := call.Wait(ctx)
+	// Past TTL − drift the lease could have no validity left: stop waiting then,
+	// even if the caller would wait longer, and release what was taken.
+	wctx, cancel := context.WithTimeout(ctx, ttl-clock.Drift(ttl, c.cfg.driftFactor))
+	o := call.Wait(wctx)
+	cancel()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(ttl, now.Sub(start), c.cfg.driftFactor)
 	if lc.attempts != nil {
@@ -346,6 +350,9 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	if !o.Decided {
 		qe.Cause = ctx.Err()
+		if qe.Cause == nil {
+			qe.Cause = errLeaseOutlived
+		}
 	}
 	c.log(ctx, slog.LevelDebug, "lock not acquired", key, token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
 	return nil, qe

@@ -414,3 +414,18 @@ func TestErrorsAs(t *testing.T) {
 	assert.Equal(t, "n1", ne.Node)
 	assert.Contains(t, wrapped.Error(), "0 of 3 nodes agreed (need 2)")
 }
+
+// An attempt whose majority cannot answer within the lease gives up then, even
+// with a longer node timeout and context, and releases what it took.
+func TestAttemptOutlivingItsLease(t *testing.T) {
+	c, servers := cluster(t, 3, redlock.WithTTL(200*time.Millisecond), redlock.WithNodeTimeout(time.Minute))
+	servers[1].Pause()
+	servers[2].Pause()
+	defer servers[1].Resume()
+	defer servers[2].Resume()
+	_, err := c.TryLock(ctxT(t, time.Minute), "outlived")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "before the lease would have run out")
+	require.Eventually(t, func() bool { return len(servers[0].Keys("redlock:*")) == 0 },
+		10*time.Second, 5*time.Millisecond, "the partial acquisition is released")
+}

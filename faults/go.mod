@@ -7,6 +7,7 @@ replace github.com/redlock-go/redlock => ../
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/ory/dockertest/v3 v3.12.0
+	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 )
 

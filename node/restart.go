@@ -71,18 +71,20 @@ func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
 // a second; the node is taken to have been up max(0, uptime − 1s). If that is less
 // than d, the node is quarantined until d minus it from now (a quarantine is only
 // ever extended, never shortened); a changed run_id shows in the error message. A
-// restart closes every open connection, so the next call dials and sees the new
-// process: no check is needed per operation. While quarantined, Acquire returns a
-// *QuarantineError (errors.Is ErrQuarantined) without sending anything, which the
+// restart closes every open connection, so the first call after it dials and sees
+// the new process before anything reaches it. While quarantined, Acquire returns a
+// *QuarantineError (errors.Is ErrQuarantined) without sending the SET, which the
 // lock client counts as a failed vote; Release, Extend and WriteFence work as
 // usual, so holders can still clean up. A node that started less than d before the
 // client first connects is quarantined too: the client cannot know what it held.
 //
-// The check costs one round trip per new connection, none per call. It applies to
-// nodes made by Dial (FromPool does not dial). It relies on the node's wall clock
-// for the uptime, so a forward clock step on the node (itself a safety violation)
-// shortens it. If INFO fails or lacks those fields, the new connection is refused
-// with the error (a failed vote, for every kind of call).
+// The check costs one round trip per new connection; per call, only a read of the
+// current quarantine. It applies to nodes made by Dial (FromPool does not dial).
+// It relies on the node's wall clock for the uptime, so a forward clock step on
+// the node (itself a safety violation) shortens it. If INFO fails or lacks those
+// fields, the new connection is refused with the error (a failed vote, for every
+// kind of call). docs/testing.md shows it at work (fault scenario
+// restart-empty-delayed).
 func WithRestartQuarantine(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 || d > MaxRestartQuarantine {
@@ -173,7 +175,11 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 
 // quarantinedConn is a connection dialed while its node was quarantined: it
 // refuses the acquire script until the quarantine ends, and passes everything
-// else through.
+// else through. Acquire checks the quarantine before it sends, but the dial that
+// detects a restart may be the one made for that very call; the connection is
+// what stops its SET. On a pipelined connection the refusal of Send fails the
+// connection (the commands queued on it fail with the same error), and the
+// next call dials again; later acquisitions stop at Acquire's own check.
 type quarantinedConn struct {
 	redis.Conn
 	q *quarantine

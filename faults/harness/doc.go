@@ -34,6 +34,11 @@
 //	docker ps -a --filter label=redlock.test=1
 //	docker network ls --filter label=redlock.test=1
 //
+// go test runs the packages of a module in parallel; Start serializes clusters
+// across test binaries with a lock file in os.TempDir (redlock-harness.lock),
+// so that only one package's containers run at a time. Clusters of one test
+// binary may coexist.
+//
 // When no Docker daemon answers (or redis-server or gcc is missing) Start
 // skips the test, unless REDLOCK_REQUIRE_DOCKER=1 is set, in which case it
 // fails it. Bind mounts (the data directory of WithAOF and the clock offset

@@ -94,7 +94,8 @@ type Cluster struct {
 
 // Start builds the Redis image if needed, creates a Docker network and n
 // containers on it, and waits until every node answers PING. Everything is
-// removed in t.Cleanup. Start skips the test when no Docker daemon answers
+// removed in t.Cleanup. While another test binary on the host has clusters,
+// Start waits (up to HostLockTimeout). Start skips the test when no Docker daemon answers
 // (see RequireDockerEnv) and fails it on any other error.
 func Start(tb testing.TB, n int, opts ...Option) *Cluster {
 	tb.Helper()
@@ -124,6 +125,12 @@ func Start(tb testing.TB, n int, opts ...Option) *Cluster {
 		}
 		tb.Fatalf("harness.Start: %v", err)
 	}
+
+	release, err := acquireHost()
+	if err != nil {
+		tb.Fatalf("harness.Start: %v", err)
+	}
+	tb.Cleanup(release) // registered first, so it runs after the cluster's cleanup
 
 	c := &Cluster{tb: tb, pool: pool, cfg: cfg, id: randomHex(4), image: image}
 	c.dir, err = os.MkdirTemp("", "redlock-harness-"+c.id+"-")

@@ -14,7 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // BenchmarkLockRelease measures one TryLock plus Release against real

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/fence"
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 func TestFenceBasics(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // fn runs for several TTLs while another client is refused throughout.

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 	"github.com/redlock-go/redlock/node"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock/fence"
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 func TestCheck(t *testing.T) {

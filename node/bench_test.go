@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlock-go/redlock/internal/redistest"
+	"github.com/redlock-go/redlock/redistest"
 	"github.com/redlock-go/redlock/node"
 )
 

@@ -21,6 +21,7 @@ import (
 	"github.com/redlock-go/redlock"
 	redlockprom "github.com/redlock-go/redlock/metrics/prometheus"
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // samples flattens what g exports into name{label="value",...} → value, for
@@ -74,11 +75,11 @@ func newRegistry(t testing.TB, c prometheus.Collector) *prometheus.Registry {
 // TestScriptedSequence runs a scripted sequence of lock operations on three real
 // Redis nodes and checks every exported series.
 func TestScriptedSequence(t *testing.T) {
-	servers := startRedis(t, 3)
+	servers := redistest.StartN(t, 3)
 	names := make([]string, len(servers))
 	for i, s := range servers {
 		var err error
-		names[i], err = node.ParseURL(s.url())
+		names[i], err = node.ParseURL(s.URL())
 		require.NoError(t, err)
 	}
 
@@ -129,7 +130,7 @@ func TestScriptedSequence(t *testing.T) {
 		}
 	}()
 
-	client, err := redlock.Dial(urls(servers), redlock.WithHooks(hooks), redlock.WithTTL(5*time.Second),
+	client, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(hooks), redlock.WithTTL(5*time.Second),
 		redlock.WithNodeTimeout(2*time.Second))
 	require.NoError(t, err)
 	closed := false
@@ -142,7 +143,7 @@ func TestScriptedSequence(t *testing.T) {
 	defer cancel()
 	del := func(key string) {
 		for _, s := range servers {
-			_, err := s.do("DEL", key)
+			_, err := s.Do("DEL", key)
 			require.NoError(t, err)
 		}
 	}
@@ -204,8 +205,8 @@ func TestScriptedSequence(t *testing.T) {
 	k, err := client.TryLock(ctx, "k")
 	require.NoError(t, err)
 	awaitReplies("acquire", 18)
-	servers[0].kill()
-	servers[1].kill()
+	servers[0].Kill()
+	servers[1].Kill()
 	require.ErrorIs(t, k.Release(ctx), redlock.ErrUnavailable)
 	// 11. An attempt that no node refused, but too few granted.
 	step.Store(11)
@@ -525,10 +526,10 @@ func TestConcurrentHooks(t *testing.T) {
 // while the registry is scraped, and checks the totals agree with what the
 // callers saw.
 func TestConcurrentClient(t *testing.T) {
-	servers := startRedis(t, 3)
+	servers := redistest.StartN(t, 3)
 	col := redlockprom.New()
 	reg := newRegistry(t, col)
-	client, err := redlock.Dial(urls(servers), redlock.WithHooks(col.Hooks()), redlock.WithTTL(5*time.Second))
+	client, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(col.Hooks()), redlock.WithTTL(5*time.Second))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes on free loopback ports for
 // tests, and injects process faults into them: kill (SIGKILL), pause (SIGSTOP),
-// resume (SIGCONT) and restart.
+// resume (SIGCONT) and restart. The library's own tests use it; so can the tests
+// of code that uses the library, against the redis-server on their PATH.
 //
 // When redis-server is not on PATH, Start skips the test with a message saying how
 // to install it, unless REDLOCK_REQUIRE_REDIS=1, which turns the skip into a failure

@@ -144,6 +144,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		// A resource per round: a late message of the previous round cannot wake
 		// this one.
 		res := fmt.Sprintf("handoff-%d", i)
+		buf.Reset() // count only this round's refusals
 		l, err := holder.TryLock(ctx, res)
 		require.NoError(t, err)
 		got := make(chan *redlock.Lock, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -22,6 +23,9 @@ type Lock struct {
 	acquire  *quorum.Call[node.Acquired]
 
 	acquiredAt time.Time
+	// undoNotifies makes stragglers of the acquisition, released as they land,
+	// notify waiters: set by Release.
+	undoNotifies *atomic.Bool
 
 	op sync.Mutex // serialises Extend and Release
 
@@ -171,6 +175,7 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	// Nodes whose acquisition is still in flight release themselves as it lands
 	// (on the same pipelined connection, after it); the others are released now.
+	l.undoNotifies.Store(true)
 	var done []int
 	for i, r := range l.acquire.Abandon() {
 		if r.Done {

@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -299,7 +300,11 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	ttl := lc.ttl
 	callTimeout := min(c.cfg.nodeTimeout, ttl)
-	undo := func(i int, _ quorum.Reply[node.Acquired]) { c.releaseDetached(i, key, token) }
+	// A straggler that lands after the attempt failed is released quietly (the
+	// lock is held elsewhere); after the lock was released by its holder, with a
+	// notification, since waiters may be listening only on that node.
+	released := new(atomic.Bool)
+	undo := func(i int, _ quorum.Reply[node.Acquired]) { c.releaseDetached(i, key, token, released.Load()) }
 
 	start := c.cfg.clock.Now()
 	// The node calls run on a context the caller cannot cancel: a SET that is
@@ -330,7 +335,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	if o.Success && validity > 0 {
 		l := &Lock{
 			c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl,
-			acquire: call, acquiredAt: now,
+			acquire: call, acquiredAt: now, undoNotifies: released,
 			until: start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
 		}
 		c.tookHere(resource)
@@ -363,17 +368,17 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 func abandon(c *Client, call *quorum.Call[node.Acquired], key, token string) {
 	for i, r := range call.Abandon() {
 		if r.Unsettled() {
-			c.spawn(func() { c.releaseDetached(i, key, token) })
+			c.spawn(func() { c.releaseDetached(i, key, token, false) })
 		}
 	}
 }
 
 // releaseDetached releases key on node i on a context of its own, bounded by the
 // node timeout: cleanup that the caller's cancellation cannot cut short.
-func (c *Client) releaseDetached(i int, key, token string) {
+func (c *Client) releaseDetached(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.nodes[i].Release(ctx, key, token, false); err != nil {
+	if _, err := c.nodes[i].Release(ctx, key, token, notify); err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

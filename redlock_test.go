@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/redistest"
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // cluster starts n real redis-server processes and a client over them.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlock-go/redlock/redistest"
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // BenchmarkScripts measures one acquire + release script pair against a real

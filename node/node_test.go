@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redlock-go/redlock/redistest"
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 func TestParseURL(t *testing.T) {

@@ -1,168 +1,44 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // Server is one redis-server process on a loopback port, started with
-// persistence off (--save "" --appendonly no).
+// persistence off (--save "" --appendonly no), with a directory of its own.
 type Server struct {
-	bin  string
-	port int
-	dir  string
+	*redistest.Process
+	dir string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	paused bool
-	infos  int64 // INFO commands sent by Cluster.Commands since start
+	mu    sync.Mutex
+	infos int64 // INFO commands sent by Cluster.Commands since start
 }
 
 // StartServer starts redis-server (the binary bin, looked up on PATH when it has
 // no slash) on a free 127.0.0.1 port and waits until it logs "Ready to accept
 // connections". The caller must Close it; Cluster.Close does so for a cluster.
 func StartServer(bin string) (*Server, error) {
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		return nil, fmt.Errorf("bench: redis-server: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "redlock-bench-")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: path, dir: dir}
-	for try := 0; try < 5; try++ {
-		if s.port, err = freePort(); err != nil {
-			continue
-		}
-		if err = s.start(); err == nil {
-			return s, nil
-		}
-	}
-	_ = os.RemoveAll(dir)
-	return nil, err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := redistest.Launch(bin, dir)
 	if err != nil {
-		return 0, err
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) start() error {
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--protected-mode", "no",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir,
-		"--loglevel", "notice")
-	setDeathSignal(cmd)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan struct{})
-	exited := make(chan struct{})
-	var (
-		tailMu sync.Mutex
-		tail   []string
-	)
-	go func() {
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			tailMu.Lock()
-			if tail = append(tail, line); len(tail) > 10 {
-				tail = tail[1:]
-			}
-			tailMu.Unlock()
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
-				signalled = true
-				close(ready)
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	select {
-	case <-ready:
-	case <-exited:
-		tailMu.Lock()
-		defer tailMu.Unlock()
-		return fmt.Errorf("bench: redis-server on port %d exited: %s", s.port, strings.Join(tail, " | "))
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("bench: redis-server on port %d not ready within 10s", s.port)
-	}
-	s.mu.Lock()
-	s.cmd, s.exited, s.paused, s.infos = cmd, exited, false, 0
-	s.mu.Unlock()
-	return nil
-}
-
-// Addr returns the server's host:port.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-// URL returns the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
-
-// Pause stops the process with SIGSTOP: the kernel still accepts connections,
-// but nothing is answered until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
-
-// Resume continues a paused process with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
-
-func (s *Server) signal(sig syscall.Signal, paused bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return fmt.Errorf("bench: %v: server %s is not running", sig, s.Addr())
-	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("bench: %v: %w", sig, err)
-	}
-	s.paused = paused
-	return nil
-}
-
-// Kill sends SIGKILL (after SIGCONT if paused) and waits for the process to
-// exit. It is idempotent.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited, paused := s.cmd, s.exited, s.paused
-	s.cmd, s.paused = nil, false
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	_ = cmd.Process.Kill()
-	<-exited
+	return &Server{Process: p, dir: dir}, nil
 }
 
 // Close kills the server and removes its directory.
@@ -173,15 +49,13 @@ func (s *Server) Close() {
 
 // Restart starts the server again on the same port after Kill.
 func (s *Server) Restart() error {
-	s.Kill()
-	return s.start()
-}
-
-// Running reports whether the process is running (not killed).
-func (s *Server) Running() bool {
+	if err := s.Process.Restart(); err != nil {
+		return err
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd != nil
+	s.infos = 0
+	s.mu.Unlock()
+	return nil
 }
 
 // Do runs one command on a fresh connection with a 2s timeout.
@@ -251,13 +125,11 @@ func (c *Cluster) Addrs(n int) []string {
 // CPUTime returns the CPU time (user + system) the process has used, from
 // /proc/<pid>/stat (Linux; clock-tick resolution, 10ms on most systems).
 func (s *Server) CPUTime() (time.Duration, error) {
-	s.mu.Lock()
-	cmd := s.cmd
-	s.mu.Unlock()
-	if cmd == nil {
+	pid := s.Pid()
+	if pid == 0 {
 		return 0, fmt.Errorf("bench: server %s is not running", s.Addr())
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -293,13 +165,6 @@ func (c *Cluster) CPUTime(n int) (time.Duration, error) {
 		total += t
 	}
 	return total, nil
-}
-
-// Paused reports whether the process is stopped by Pause.
-func (s *Server) Paused() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.paused
 }
 
 // Flush empties every running server that is not paused (FLUSHALL), so that no

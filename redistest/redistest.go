@@ -9,18 +9,9 @@
 package redistest
 
 import (
-	"bufio"
-	"context"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -29,18 +20,11 @@ import (
 // test failure instead of a skip.
 const RequireEnv = "REDLOCK_REQUIRE_REDIS"
 
-// Server is one redis-server process owned by a test.
+// Server is one redis-server process owned by a test: a Process whose failures
+// fail the test, killed when the test ends.
 type Server struct {
-	tb   testing.TB
-	bin  string
-	port int
-	dir  string
-	args []string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	paused bool
+	*Process
+	tb testing.TB
 }
 
 // Binary returns the path of redis-server, skipping (or failing, under
@@ -63,21 +47,12 @@ func Binary(tb testing.TB) string {
 // server is killed when the test ends.
 func Start(tb testing.TB, extraArgs ...string) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, bin: Binary(tb), dir: tb.TempDir(), args: extraArgs}
-	var err error
-	for try := 0; try < 5; try++ {
-		if s.port, err = freePort(); err != nil {
-			continue
-		}
-		if err = s.start(); err == nil {
-			break
-		}
-	}
+	p, err := Launch(Binary(tb), tb.TempDir(), extraArgs...)
 	if err != nil {
-		tb.Fatalf("redistest: cannot start redis-server: %v", err)
+		tb.Fatal(err)
 	}
-	tb.Cleanup(s.stop)
-	return s
+	tb.Cleanup(p.Kill)
+	return &Server{Process: p, tb: tb}
 }
 
 // StartN starts n servers.
@@ -99,144 +74,37 @@ func URLs(servers []*Server) []string {
 	return out
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// start runs the process and waits until it logs that it accepts connections.
-func (s *Server) start() error {
-	args := append([]string{
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--protected-mode", "no",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", s.dir,
-		"--loglevel", "notice",
-	}, s.args...)
-	cmd := exec.Command(s.bin, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	exited := make(chan struct{})
-	ready := make(chan struct{})
-	var logTail []string
-	var logMu sync.Mutex
-	go func() {
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			if logTail = append(logTail, line); len(logTail) > 20 {
-				logTail = logTail[1:]
-			}
-			logMu.Unlock()
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
-				signalled = true
-				close(ready)
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	select {
-	case <-ready:
-	case <-exited:
-		logMu.Lock()
-		defer logMu.Unlock()
-		return fmt.Errorf("redis-server on port %d exited: %s", s.port, strings.Join(logTail, " | "))
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		return fmt.Errorf("redis-server on port %d not ready within 10s", s.port)
-	}
-	s.mu.Lock()
-	s.cmd, s.exited, s.paused = cmd, exited, false
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *Server) stop() {
-	s.mu.Lock()
-	cmd, exited, paused := s.cmd, s.exited, s.paused
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if paused {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
-
-// Addr returns host:port.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-// URL returns redis://host:port.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
-
-// Kill sends SIGKILL and waits for the process to exit. Without persistence the
-// data is gone.
-func (s *Server) Kill() {
-	s.tb.Helper()
-	s.stop()
-	s.mu.Lock()
-	s.cmd = nil
-	s.mu.Unlock()
-}
-
-// Restart starts the server again on the same port, after Kill.
+// Restart starts the server again on the same port (after Kill, or killing it
+// first), failing the test if it cannot.
 func (s *Server) Restart() {
 	s.tb.Helper()
-	s.mu.Lock()
-	running := s.cmd != nil
-	s.mu.Unlock()
-	if running {
-		s.Kill()
-	}
-	if err := s.start(); err != nil {
+	if err := s.Process.Restart(); err != nil {
 		s.tb.Fatalf("redistest: restart: %v", err)
 	}
 }
 
-// Pause stops the process with SIGSTOP: it keeps its sockets, accepts TCP
-// connections through the kernel, but answers nothing until Resume.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP, true) }
-
-// Resume continues a paused process with SIGCONT.
-func (s *Server) Resume() { s.signal(syscall.SIGCONT, false) }
-
-func (s *Server) signal(sig syscall.Signal, paused bool) {
+// Pause stops the process with SIGSTOP (see Process.Pause), failing the test if
+// it cannot.
+func (s *Server) Pause() {
 	s.tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		s.tb.Fatalf("redistest: %v on a server that is not running", sig)
+	if err := s.Process.Pause(); err != nil {
+		s.tb.Fatal(err)
 	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.tb.Fatalf("redistest: %v: %v", sig, err)
+}
+
+// Resume continues a paused process, failing the test if it cannot.
+func (s *Server) Resume() {
+	s.tb.Helper()
+	if err := s.Process.Resume(); err != nil {
+		s.tb.Fatal(err)
 	}
-	s.paused = paused
 }
 
 // Do runs one command on a fresh connection with a 2s timeout, failing the test on
 // a connection error (Redis error replies are returned).
 func (s *Server) Do(cmd string, args ...any) (any, error) {
 	s.tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	c, err := redis.DialContext(ctx, "tcp", s.Addr(),
-		redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(2*time.Second))
+	c, err := s.Dial()
 	if err != nil {
 		s.tb.Fatalf("redistest: dial %s: %v", s.Addr(), err)
 	}

@@ -1,0 +1,197 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Process is one redis-server process on a loopback port, independent of any
+// test: Server wraps it for tests, and programs (the benchmark command) use it
+// directly. It is safe for concurrent use.
+type Process struct {
+	bin  string
+	port int
+	dir  string
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+}
+
+// Launch starts redis-server (bin, looked up on PATH when it has no slash) on a
+// free 127.0.0.1 port with persistence off, its files in dir, plus args
+// (redis-server options such as "--appendonly", "yes"), and waits until it
+// accepts connections. On Linux the process is killed if the caller dies.
+func Launch(bin, dir string, args ...string) (*Process, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("redistest: %w", err)
+	}
+	p := &Process{bin: path, dir: dir, args: args}
+	for try := 0; try < 5; try++ {
+		if p.port, err = freePort(); err != nil {
+			continue
+		}
+		if err = p.start(); err == nil {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: cannot start redis-server: %w", err)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs the process and waits until it logs that it accepts connections.
+func (p *Process) start() error {
+	args := append([]string{
+		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--protected-mode", "no",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", p.dir,
+		"--loglevel", "notice",
+	}, p.args...)
+	cmd := exec.Command(p.bin, args...)
+	setDeathSignal(cmd)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	ready := make(chan struct{})
+	var logTail []string
+	var logMu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			if logTail = append(logTail, line); len(logTail) > 20 {
+				logTail = logTail[1:]
+			}
+			logMu.Unlock()
+			if !signalled && strings.Contains(line, "Ready to accept connections") {
+				signalled = true
+				close(ready)
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		logMu.Lock()
+		defer logMu.Unlock()
+		return fmt.Errorf("redis-server on port %d exited: %s", p.port, strings.Join(logTail, " | "))
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		return fmt.Errorf("redis-server on port %d not ready within 10s", p.port)
+	}
+	p.mu.Lock()
+	p.cmd, p.exited, p.paused = cmd, exited, false
+	p.mu.Unlock()
+	return nil
+}
+
+// Addr returns host:port.
+func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// URL returns redis://host:port.
+func (p *Process) URL() string { return "redis://" + p.Addr() }
+
+// Pid returns the process id, or 0 when it is not running.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Paused reports whether the process is stopped by Pause.
+func (p *Process) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// Running reports whether the process runs (was not killed).
+func (p *Process) Running() bool { return p.Pid() != 0 }
+
+// Kill sends SIGKILL (after SIGCONT if paused) and waits for the process to
+// exit. Without persistence its data is gone. It is idempotent.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	cmd, exited, paused := p.cmd, p.exited, p.paused
+	p.cmd, p.paused = nil, false
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if paused {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Restart kills the process if it runs and starts it again on the same port,
+// with the same directory (an AOF file there is replayed).
+func (p *Process) Restart() error {
+	p.Kill()
+	return p.start()
+}
+
+// Pause stops the process with SIGSTOP: it keeps its sockets, the kernel still
+// accepts TCP connections, but nothing is answered until Resume.
+func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused process with SIGCONT.
+func (p *Process) Resume() error { return p.signal(syscall.SIGCONT, false) }
+
+func (p *Process) signal(sig syscall.Signal, paused bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("redistest: %v: server %s is not running", sig, p.Addr())
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redistest: %v: %w", sig, err)
+	}
+	p.paused = paused
+	return nil
+}
+
+// Dial opens a connection with 2s timeouts.
+func (p *Process) Dial() (redis.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return redis.DialContext(ctx, "tcp", p.Addr(),
+		redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(2*time.Second))
+}

@@ -28,6 +28,18 @@ const (
 // found, and fencing may accept a stale write only if allowStale (a
 // precondition of fencing itself is broken too). With -sim.seed, it replays
 // that seed instead.
+// heldAndBroken runs a precondition's random batches: within its bound (tag
+// "pN-held", no violation allowed) and beyond it with brk ("pN-broken", overlaps
+// required), as subtests "held" and "broken" of test.
+func heldAndBroken(t *testing.T, test, tag string, faults sim.Faults, brk sim.Break) {
+	t.Run("held", func(t *testing.T) {
+		batchTest(t, "^"+test+"$/^held$", profile(tag+"-held", faults), heldBatch, false, false)
+	})
+	t.Run("broken", func(t *testing.T) {
+		batchTest(t, "^"+test+"$/^broken$", profile(tag+"-broken", faults, brk), brokenBatch, true, false)
+	})
+}
+
 func batchTest(t *testing.T, run string, p sim.Profile, n int, broken, allowStale bool) {
 	t.Helper()
 	if *flagSeed != 0 {
@@ -127,12 +139,7 @@ func TestSimClockRateDrift(t *testing.T) {
 		}
 	})
 	rate := sim.Faults{Net: true, Rate: true}
-	t.Run("held", func(t *testing.T) {
-		batchTest(t, "^TestSimClockRateDrift$/^held$", profile("p1-held", rate), heldBatch, false, false)
-	})
-	t.Run("broken", func(t *testing.T) {
-		batchTest(t, "^TestSimClockRateDrift$/^broken$", profile("p1-broken", rate, sim.BreakRate), brokenBatch, true, false)
-	})
+	heldAndBroken(t, "TestSimClockRateDrift", "p1", rate, sim.BreakRate)
 }
 
 // TestSimClockStep (P2): a node's wall clock stepped forward while A holds
@@ -161,12 +168,7 @@ func TestSimClockStep(t *testing.T) {
 		}
 	})
 	steps := sim.Faults{Net: true, Steps: true}
-	t.Run("held", func(t *testing.T) {
-		batchTest(t, "^TestSimClockStep$/^held$", profile("p2-held", steps), heldBatch, false, false)
-	})
-	t.Run("broken", func(t *testing.T) {
-		batchTest(t, "^TestSimClockStep$/^broken$", profile("p2-broken", steps, sim.BreakStep), brokenBatch, true, false)
-	})
+	heldAndBroken(t, "TestSimClockStep", "p2", steps, sim.BreakStep)
 }
 
 // TestSimHolderPause (P3): A checks its validity at 500ms (488ms left), then
@@ -218,12 +220,7 @@ func TestSimHolderPause(t *testing.T) {
 		}
 	})
 	pauses := sim.Faults{Net: true, Pauses: true}
-	t.Run("held", func(t *testing.T) {
-		batchTest(t, "^TestSimHolderPause$/^held$", profile("p3-held", pauses), heldBatch, false, false)
-	})
-	t.Run("broken", func(t *testing.T) {
-		batchTest(t, "^TestSimHolderPause$/^broken$", profile("p3-broken", pauses, sim.BreakPause), brokenBatch, true, false)
-	})
+	heldAndBroken(t, "TestSimHolderPause", "p3", pauses, sim.BreakPause)
 }
 
 // TestSimLateSetAfterTimeout (P4): network delay is not a safety
@@ -386,12 +383,7 @@ func TestSimNodeRestart(t *testing.T) {
 		want{overlaps: 1, leaseOverlaps: 1, stale: 1, unfencedStale: 1, tokenOrder: 1}.check(t, rep)
 	})
 	restarts := sim.Faults{Net: true, Restarts: true}
-	t.Run("held", func(t *testing.T) {
-		batchTest(t, "^TestSimNodeRestart$/^held$", profile("p5-held", restarts), heldBatch, false, false)
-	})
-	t.Run("broken", func(t *testing.T) {
-		batchTest(t, "^TestSimNodeRestart$/^broken$", profile("p5-broken", restarts, sim.BreakRestart), brokenBatch, true, false)
-	})
+	heldAndBroken(t, "TestSimNodeRestart", "p5", restarts, sim.BreakRestart)
 }
 
 // TestSimEviction (P6): with maxmemory-policy noeviction nothing deletes A's

@@ -81,12 +81,7 @@ func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // lock is released; or when parent ends. Its cause (context.Cause) matches
 // ErrLockLost when the lease ran out. Call cancel to free its resources.
 func (l *Lock) Context(parent context.Context, opts ...LockOption) (context.Context, context.CancelFunc) {
-	var lc lockConfig
-	for _, o := range opts {
-		if o != nil {
-			_ = o.applyLock(&lc)
-		}
-	}
+	lc := holdOptions(opts)
 	ctx, cancel := context.WithCancelCause(parent)
 	go watchLease(ctx, cancel, []*Lock{l}, lc.margin)
 	return ctx, func() { cancel(context.Canceled) }
@@ -169,13 +164,20 @@ func anyOf(chans []<-chan struct{}) <-chan struct{} {
 // WithRenewEvery (default TTL/3), WithSafetyMargin (default TTL/10), WithMaxHold.
 // Do is Lock, then Keep around fn, then Release.
 func (l *Lock) Keep(parent context.Context, opts ...LockOption) (context.Context, context.CancelFunc) {
+	lc := holdOptions(opts)
+	return keep(parent, []*Lock{l}, lc)
+}
+
+// holdOptions reads the options of Keep and Context; an invalid value (which
+// Lock would have rejected) leaves the default in place.
+func holdOptions(opts []LockOption) lockConfig {
 	var lc lockConfig
 	for _, o := range opts {
 		if o != nil {
-			_ = o.applyLock(&lc) // invalid values fall back to the defaults
+			_ = o.applyLock(&lc)
 		}
 	}
-	return keep(parent, []*Lock{l}, lc)
+	return lc
 }
 
 // keep renews locks until the returned context ends; see Lock.Keep.

@@ -69,8 +69,10 @@ func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
 // server and reads run_id and uptime_in_seconds. Redis counts the uptime in whole
 // seconds of its wall clock, so it may overstate the time since the start by up to
 // a second; the node is taken to have been up max(0, uptime − 1s). If that is less
-// than d, the node is quarantined until d minus it from now (a quarantine is only
-// ever extended, never shortened); a changed run_id shows in the error message. A
+// than d, the node is quarantined until d minus it from now; if the run_id changed
+// since the last connection (another process behind the address: a restart, a
+// Sentinel failover), for d from now whatever its uptime. A quarantine is only
+// ever extended, never shortened. See RestartGuard. A
 // restart closes every open connection, so the first call after it dials and sees
 // the new process before anything reaches it. While quarantined, Acquire returns a
 // *QuarantineError (errors.Is ErrQuarantined) without sending the SET, which the
@@ -90,19 +92,84 @@ func WithRestartQuarantine(d time.Duration) Option {
 		if d <= 0 || d > MaxRestartQuarantine {
 			return fmt.Errorf("%w: restart quarantine %v must be in (0, %v]", ErrInvalidOption, d, MaxRestartQuarantine)
 		}
-		c.quarantine = &quarantine{d: d} // one state per node: options are applied per Dial
+		c.quarantine = &quarantine{RestartGuard{d: d}} // one state per node: options are applied per Dial
 		return nil
 	})
 }
 
-// quarantine is the restart detector of one node.
-type quarantine struct {
+// RestartGuard is the restart detector behind WithRestartQuarantine, exported so
+// that nodes built on other Redis clients (see the adapter modules) apply the same
+// rule: feed it the INFO server text of every new connection (Observe) and refuse
+// acquisitions while Refusal returns an error. It is safe for concurrent use.
+//
+// Rule: a node that has been up less than d, or whose run_id changed since the
+// last connection (a restart, or a Sentinel failover that put another process
+// behind the same address: that process' uptime says nothing about which keys it
+// has), grants no lock until d has passed. A quarantine is only ever extended.
+type RestartGuard struct {
 	d time.Duration
 
 	mu    sync.Mutex
 	runID string // last run id seen
 	cur   atomic.Pointer[QuarantineError]
 }
+
+// NewRestartGuard returns a guard with quarantine d, in (0, MaxRestartQuarantine].
+func NewRestartGuard(d time.Duration) (*RestartGuard, error) {
+	if d <= 0 || d > MaxRestartQuarantine {
+		return nil, fmt.Errorf("%w: restart quarantine %v must be in (0, %v]", ErrInvalidOption, d, MaxRestartQuarantine)
+	}
+	return &RestartGuard{d: d}, nil
+}
+
+// Quarantine returns the configured duration.
+func (g *RestartGuard) Quarantine() time.Duration { return g.d }
+
+// Observe reads run_id and uptime_in_seconds from the text of INFO server (or
+// INFO) seen on a new connection, read at now, and starts or extends the
+// quarantine accordingly. It fails, changing nothing, when the text lacks them.
+func (g *RestartGuard) Observe(info string, now time.Time) error {
+	runID, uptime, err := parseServerInfo(info)
+	if err != nil {
+		return err
+	}
+	g.observe(runID, uptime, now)
+	return nil
+}
+
+func (g *RestartGuard) observe(runID string, uptime time.Duration, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev := g.runID
+	g.runID = runID
+	up := max(0, uptime-time.Second) // Redis rounds the uptime up to the second
+	changed := prev != "" && prev != runID
+	if up >= g.d && !changed {
+		return
+	}
+	e := &QuarantineError{RunID: runID, Uptime: uptime, Until: now.Add(g.d - up), Quarantine: g.d}
+	if changed {
+		e.PrevRunID = prev
+		e.Until = now.Add(g.d) // another process: its uptime does not bound what it lost
+	}
+	if old := g.cur.Load(); old == nil || e.Until.After(old.Until) {
+		g.cur.Store(e)
+	}
+}
+
+// Refusal returns the current quarantine (a *QuarantineError), or nil when the
+// node may take part in acquisitions.
+func (g *RestartGuard) Refusal() error { return g.refusalAt(time.Now()) }
+
+func (g *RestartGuard) refusalAt(now time.Time) error {
+	if e := g.cur.Load(); e != nil && now.Before(e.Until) {
+		return e
+	}
+	return nil
+}
+
+// quarantine is the restart detector of one dialed node.
+type quarantine struct{ RestartGuard }
 
 // dialed checks a freshly dialed connection. It returns the connection, wrapped
 // when the node is quarantined so that acquisitions on it are refused, or an
@@ -114,38 +181,18 @@ func (q *quarantine) dialed(ctx context.Context, c redis.Conn) (redis.Conn, erro
 		return nil, fmt.Errorf("node: restart check: INFO server: %w", err)
 	}
 	now := time.Now()
-	runID, uptime, err := parseServerInfo(info)
-	if err != nil {
+	if err := q.Observe(info, now); err != nil {
 		c.Close()
 		return nil, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	prev := q.runID
-	q.runID = runID
-	up := max(0, uptime-time.Second) // Redis rounds the uptime up to the second
-	if up < q.d {
-		e := &QuarantineError{RunID: runID, Uptime: uptime, Until: now.Add(q.d - up), Quarantine: q.d}
-		if prev != "" && prev != runID {
-			e.PrevRunID = prev
-		}
-		if old := q.cur.Load(); old == nil || e.Until.After(old.Until) {
-			q.cur.Store(e)
-		}
-	}
-	if e := q.cur.Load(); e != nil && now.Before(e.Until) {
+	if q.refusalAt(now) != nil {
 		return &quarantinedConn{Conn: c, q: q}, nil
 	}
 	return c, nil // the common case: nothing to check per call
 }
 
 // refusal returns the current quarantine, or nil once it has ended.
-func (q *quarantine) refusal() error {
-	if e := q.cur.Load(); e != nil && time.Now().Before(e.Until) {
-		return e
-	}
-	return nil
-}
+func (q *quarantine) refusal() error { return q.Refusal() }
 
 // parseServerInfo reads run_id and uptime_in_seconds from INFO server.
 func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,56 @@ func TestRestartQuarantineNeedsInfo(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "restart check")
 	assert.False(t, errors.Is(err, node.ErrQuarantined))
+}
+
+func serverInfo(runID string, uptimeSec int) string {
+	return "# Server\r\nredis_version:7.0.15\r\nrun_id:" + runID + "\r\nuptime_in_seconds:" + strconv.Itoa(uptimeSec) + "\r\n"
+}
+
+func TestRestartGuard(t *testing.T) {
+	const d = 10 * time.Second
+	a, b := strings.Repeat("a", 40), strings.Repeat("b", 40)
+	type obs struct {
+		runID  string
+		uptime int
+	}
+	for _, tc := range []struct {
+		name      string
+		seen      []obs
+		wantUntil time.Duration // from the last observation; 0 means no quarantine
+		wantPrev  string
+	}{
+		{name: "long up", seen: []obs{{a, 3600}}},
+		{name: "fresh start", seen: []obs{{a, 3}}, wantUntil: d - 2*time.Second},
+		{name: "same process again", seen: []obs{{a, 3600}, {a, 3601}}},
+		// A Sentinel failover puts a long-running replica behind the address: its
+		// uptime says nothing about the keys it lacks.
+		{name: "failover to a long-running replica", seen: []obs{{a, 3600}, {b, 7200}}, wantUntil: d, wantPrev: a},
+		{name: "restart", seen: []obs{{a, 3600}, {b, 1}}, wantUntil: d, wantPrev: a},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := node.NewRestartGuard(d)
+			require.NoError(t, err)
+			now := time.Now()
+			for _, o := range tc.seen {
+				require.NoError(t, g.Observe(serverInfo(o.runID, o.uptime), now))
+			}
+			err = g.Refusal()
+			if tc.wantUntil == 0 {
+				assert.NoError(t, err)
+				return
+			}
+			var qe *node.QuarantineError
+			require.ErrorAs(t, err, &qe)
+			assert.ErrorIs(t, err, node.ErrQuarantined)
+			assert.Equal(t, tc.wantPrev, qe.PrevRunID)
+			assert.WithinDuration(t, now.Add(tc.wantUntil), qe.Until, time.Millisecond)
+		})
+	}
+	_, err := node.NewRestartGuard(0)
+	assert.ErrorIs(t, err, node.ErrInvalidOption)
+	g, err := node.NewRestartGuard(d)
+	require.NoError(t, err)
+	assert.ErrorIs(t, g.Observe("# Server\r\nredis_version:7\r\n", time.Now()), node.ErrUnexpectedReply)
+	assert.NoError(t, g.Refusal())
 }

@@ -99,5 +99,6 @@ func (e *QuorumError) Unwrap() []error {
 
 var (
 	errReleased      = errors.New("lock was released")
+	errValidityEnded = errors.New("the lock's validity ended")
 	errLeaseOutlived = errors.New("no majority answered before the lease would have run out")
 )

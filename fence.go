@@ -38,86 +38,90 @@ func WithFence() LockOption {
 // Fence fails with ErrLockLost when the write-back cannot reach a majority of
 // nodes that still hold the lock, and with ErrUnavailable when ctx ends first.
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
-	if err := l.c.enter(); err != nil {
+	end, err := l.c.begin()
+	if err != nil {
 		return 0, err
 	}
-	defer l.c.mu.RUnlock()
+	defer end()
 	return l.fenceEntered(ctx)
 }
 
-// fenceEntered is Fence for a caller that has entered the client.
+// fenceEntered is Fence for a caller that has begun an operation of the client.
 func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 	l.fenceMu.Lock()
 	defer l.fenceMu.Unlock()
 	if l.fence != 0 {
 		return l.fence, nil
 	}
-	c := l.c
-	n := len(c.nodes)
-	fail := func(kind, cause error) (uint64, error) {
-		return 0, c.failed("fence", l.resource, kind, cause)
-	}
 	if l.isReleased() {
-		return fail(ErrLockLost, errReleased)
+		return 0, l.c.failed("fence", l.resource, ErrLockLost, errReleased)
 	}
+	token, eligible, suspect, err := l.planFence(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := l.writeFence(ctx, token, eligible, suspect); err != nil {
+		return 0, err
+	}
+	l.fence = token
+	l.c.log(ctx, slog.LevelDebug, "lock fenced", l.key, l.token, "fence", token)
+	return token, nil
+}
 
-	// Decide from the replies so far; when they are not enough to trust a token
-	// (no counter seen: a fresh resource or wiped nodes; or too few trusted
-	// grants), hear from every node first.
+// planFence decides the token and the trusted nodes from the acquisition's
+// replies so far; when they are not enough to trust a token (no counter seen: a
+// fresh resource or wiped nodes; or too few trusted grants), it hears from every
+// node first.
+func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect []int, err error) {
+	c := l.c
 	token, eligible, suspect, ok := l.fencePlan(l.acquire.Replies())
 	if !ok {
 		select {
 		case <-l.acquire.Settled():
 		case <-ctx.Done():
-			return fail(ErrUnavailable, ctx.Err())
+			return 0, nil, nil, c.failed("fence", l.resource, ErrUnavailable, ctx.Err())
 		}
 		token, eligible, suspect, _ = l.fencePlan(l.acquire.Replies())
 	}
 	if token == 0 {
-		return fail(ErrLockLost, errCounterExhausted)
+		return 0, nil, nil, c.failed("fence", l.resource, ErrLockLost, errCounterExhausted)
 	}
 	for _, i := range suspect {
 		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
 	}
-	if len(eligible) < quorum.Majority(n) {
-		return fail(ErrLockLost, errCounterMissing)
+	if len(eligible) < quorum.Majority(len(c.nodes)) {
+		return 0, nil, nil, c.failed("fence", l.resource, ErrLockLost, errCounterMissing)
 	}
+	return token, eligible, suspect, nil
+}
 
-	// One round trip to every node: the trusted nodes write T back inside the
-	// lock (only they count); every other node is raised to T. T is above every
-	// token established before (the trusted majority's counters bound them all),
-	// so raising repairs suspects, and gives nodes that never saw the resource a
-	// counter, so that they are not mistaken for wiped nodes later.
-	isEligible := make([]bool, n)
+// writeFence is one round trip to every node: the trusted nodes write token back
+// inside the lock (only they count); every other node is raised to it. The token
+// is above every token established before (the trusted majority's counters bound
+// them all), so raising repairs suspects, and gives nodes that never saw the
+// resource a counter, so that they are not mistaken for wiped nodes later.
+func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect []int) error {
+	c := l.c
+	trusted := make([]bool, len(c.nodes))
 	for _, i := range eligible {
-		isEligible[i] = true
+		trusted[i] = true
 	}
 	start := c.cfg.clock.Now()
-	// Like every node call, the writes run on a context the caller cannot cancel
-	// (bounded by the node timeout): the ones still in flight when Fence returns
-	// must land.
-	call := quorum.Start(context.WithoutCancel(ctx), n, func(ctx context.Context, i int) (struct{}, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-		defer cancel()
-		if !isEligible[i] {
-			return struct{}{}, false, c.nodes[i].RaiseFence(ctx, l.fenceKey, token)
+	call := round[struct{}]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (struct{}, bool, error) {
+		if !trusted[i] {
+			return struct{}{}, false, n.RaiseFence(ctx, l.fenceKey, token)
 		}
-		ok, err := c.nodes[i].WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+		ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Need: quorum.Majority(n), Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "fence")})
+	}}.start(ctx, c)
 	o := call.Wait(ctx)
 	if !o.Success {
 		kind := ErrLockLost
 		if !o.Decided {
 			kind = ErrUnavailable
 		}
-		qe := quorumError("fence", l.resource, kind, c.nodes, o)
-		if !o.Decided {
-			qe.Cause = ctx.Err()
-		}
-		return 0, qe
+		return call.fail(ctx, l.resource, kind, o, nil)
 	}
-	l.fence = token
 	// Give the other nodes as long again as the majority took, so that the next
 	// grant finds their counters; a slow or paused node is not waited for.
 	grace := time.NewTimer(max(c.cfg.clock.Now().Sub(start), time.Millisecond))
@@ -132,8 +136,7 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 			c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[i].Name())
 		}
 	}
-	c.log(ctx, slog.LevelDebug, "lock fenced", l.key, l.token, "fence", token)
-	return token, nil
+	return nil
 }
 
 // fencePlan computes, from the acquisition's replies, the token (1 + the largest

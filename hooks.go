@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"time"
-
-	"github.com/redlock-go/redlock/quorum"
 )
 
 // Hooks observe what a Client does, for metrics and tracing. Every field is
@@ -95,26 +93,6 @@ type ReleaseEvent struct {
 	// Held is the time from acquisition to release.
 	Held time.Duration
 	Err  error
-}
-
-// onReply returns the quorum reply callback for op, or nil without a hook.
-func onReply[T any](c *Client, op string) func(int, quorum.Reply[T]) {
-	h := c.cfg.hooks.OnNodeReply
-	if h == nil {
-		return nil
-	}
-	return func(i int, r quorum.Reply[T]) {
-		h(NodeReplyEvent{Node: c.nodes[i].Name(), Op: op, OK: r.Yes(), Err: r.Err, Latency: r.Latency})
-	}
-}
-
-// onReplyOf is onReply for a call on the subset idx of the nodes.
-func onReplyOf[T any](c *Client, op string, idx []int) func(int, quorum.Reply[T]) {
-	h := onReply[T](c, op)
-	if h == nil {
-		return nil
-	}
-	return func(j int, r quorum.Reply[T]) { h(idx[j], r) }
 }
 
 func (c *Client) lost(resource string, err error) {

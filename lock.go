@@ -2,9 +2,9 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -20,12 +20,10 @@ type Lock struct {
 	fenceKey string
 	token    string
 	ttl      time.Duration
-	acquire  *quorum.Call[node.Acquired]
 
+	// Set once granted, before the caller sees the lock.
+	acquire    *quorum.Call[node.Acquired]
 	acquiredAt time.Time
-	// undoNotifies makes stragglers of the acquisition, released as they land,
-	// notify waiters: set by Release.
-	undoNotifies *atomic.Bool
 
 	op sync.Mutex // serialises Extend and Release
 
@@ -36,6 +34,37 @@ type Lock struct {
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
+}
+
+// newLock returns the lock an acquisition attempt on resource will try to take,
+// with a fresh owner token.
+func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	key, fenceKey := c.keys(resource)
+	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
+}
+
+// acquireOn is the acquisition's call on one node.
+func (l *Lock) acquireOn(ctx context.Context, _ int, n node.Node) (node.Acquired, bool, error) {
+	a, err := n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
+	return a, a.OK, err
+}
+
+// undoStraggler releases the lock on node i, where the acquisition landed (or
+// may have) after it was given up. Once the holder released the lock, the
+// release notifies waiters, who may be listening only on that node; before (an
+// attempt that failed), the lock is held elsewhere and nobody is told.
+func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
+	l.c.releaseDetached(i, l.key, l.token, l.isReleased())
+}
+
+// granted records a successful acquisition.
+func (l *Lock) granted(call *quorum.Call[node.Acquired], at, until time.Time) {
+	l.acquire, l.acquiredAt, l.until = call, at, until
+	l.c.tookHere(l.resource)
 }
 
 func (l *Lock) isReleased() bool {
@@ -93,58 +122,62 @@ func (l *Lock) lease() (until time.Time, released bool, changed <-chan struct{})
 // Extend renews the lease on every node that still holds it (compare-and-pexpire:
 // a node on which the key expired is never re-taken). On success Until moves to
 // the start of the call plus TTL minus drift. It fails with ErrLockLost when a
-// majority no longer holds the lock, and with ErrUnavailable when too few nodes
-// answered to tell; in that case Until is unchanged.
+// majority no longer holds the lock, or when Until has passed (then nothing is
+// sent: a lock whose validity ended is never revived, even where a late SET
+// left its key behind), and with ErrUnavailable when too few nodes answered to
+// tell; in that case Until is unchanged. ctx bounds the wait, as does Until.
 func (l *Lock) Extend(ctx context.Context) error {
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
-	if err := c.enter(); err != nil {
+	end, err := c.begin()
+	if err != nil {
 		return err
 	}
-	defer c.mu.RUnlock()
+	defer end()
 	if l.isReleased() {
 		return c.failed("extend", l.resource, ErrLockLost, errReleased)
 	}
+	err = l.extend(ctx)
+	if h := c.cfg.hooks.OnExtend; h != nil {
+		h(ExtendEvent{Resource: l.resource, OK: err == nil, Err: err})
+	}
+	if errors.Is(err, ErrLockLost) {
+		c.lost(l.resource, err)
+	}
+	return err
+}
 
+func (l *Lock) extend(ctx context.Context) error {
+	c := l.c
+	until := l.Until()
 	start := c.cfg.clock.Now()
-	// The extensions run on a context the caller cannot cancel (bounded by the
-	// node timeout): those still in flight when a majority answered must land,
-	// or the lease would end early on those nodes. ctx bounds only the wait.
-	call := quorum.Start(context.WithoutCancel(ctx), len(c.nodes), func(ctx context.Context, i int) (struct{}, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, min(c.cfg.nodeTimeout, l.ttl))
-		defer cancel()
-		ok, err := c.nodes[i].Extend(ctx, l.key, l.token, l.ttl)
+	if !start.Before(until) {
+		return c.failed("extend", l.resource, ErrLockLost, errValidityEnded)
+	}
+	call := round[struct{}]{op: "extend", timeout: l.ttl, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
+		ok, err := n.Extend(ctx, l.key, l.token, l.ttl)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[struct{}](c, "extend")})
-	o := call.Wait(ctx)
+	}}.start(ctx, c)
+	// A majority that answers after Until is worthless: wait no longer.
+	wctx, cancel := context.WithTimeout(ctx, until.Sub(start))
+	o := call.Wait(wctx)
+	cancel()
 	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
 		l.setUntil(start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor)))
 		c.log(ctx, slog.LevelDebug, "lock extended", l.key, l.token, "agreed", o.Yes)
-		if h := c.cfg.hooks.OnExtend; h != nil {
-			h(ExtendEvent{Resource: l.resource, OK: true})
-		}
 		return nil
 	}
 	kind := ErrUnavailable
-	if o.No > len(c.nodes)-o.Need || !c.cfg.clock.Now().Before(l.Until()) {
+	if refusedMajority(o, len(c.nodes)) || !c.cfg.clock.Now().Before(until) {
 		kind = ErrLockLost
 	}
-	qe := quorumError("extend", l.resource, kind, c.nodes, o)
+	qe := call.fail(ctx, l.resource, kind, o, errValidityEnded)
 	if o.Success {
 		qe.Validity = validity
 	}
-	if !o.Decided {
-		qe.Cause = ctx.Err()
-	}
 	c.log(ctx, slog.LevelWarn, "lock not extended", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
-	if h := c.cfg.hooks.OnExtend; h != nil {
-		h(ExtendEvent{Resource: l.resource, Err: qe})
-	}
-	if kind == ErrLockLost {
-		c.lost(l.resource, qe)
-	}
 	return qe
 }
 
@@ -160,70 +193,63 @@ func (l *Lock) Release(ctx context.Context) error {
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	if !l.markReleased() {
 		return nil
 	}
-	l.released = true
-	l.notifyLocked()
-	l.mu.Unlock()
-	if err := c.enter(); err != nil {
+	end, err := c.begin()
+	if err != nil {
 		return err
 	}
-	defer c.mu.RUnlock()
+	defer end()
 
 	// Nodes whose acquisition is still in flight release themselves as it lands
-	// (on the same pipelined connection, after it); the others are released now.
-	l.undoNotifies.Store(true)
-	var done []int
+	// (undoStraggler, on the same pipelined connection, after it); the others
+	// are released now.
+	done := make([]int, 0, len(c.nodes))
 	for i, r := range l.acquire.Abandon() {
 		if r.Done {
 			done = append(done, i)
 		}
 	}
-	call := quorum.Start(context.WithoutCancel(ctx), len(done), func(ctx context.Context, j int) (struct{}, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-		defer cancel()
-		ok, err := c.nodes[done[j]].Release(ctx, l.key, l.token, true)
+	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
+		ok, err := n.Release(ctx, l.key, l.token, true)
 		return struct{}{}, ok, err
-	}, quorum.Options[struct{}]{Need: quorum.Majority(len(c.nodes)), Go: c.spawn, Now: c.cfg.clock.Now,
-		OnReply: onReplyOf[struct{}](c, "release", done)})
+	}}.start(ctx, c)
 	o := call.Wait(ctx)
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
-	err := l.releaseResult(ctx, o, done)
+	err = nil
+	if !o.Success {
+		kind := ErrUnavailable
+		if refusedMajority(o, len(c.nodes)) {
+			kind = ErrLockLost
+		}
+		err = call.fail(ctx, l.resource, kind, o, nil)
+		c.log(ctx, slog.LevelWarn, "lock release incomplete", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	} else {
+		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
+	}
 	if h := c.cfg.hooks.OnRelease; h != nil {
 		h(ReleaseEvent{Resource: l.resource, Held: c.cfg.clock.Now().Sub(l.acquiredAt), Err: err})
 	}
 	return err
 }
 
-func (l *Lock) releaseResult(ctx context.Context, o quorum.Outcome[struct{}], done []int) error {
-	c := l.c
-	if o.Success {
-		c.log(ctx, slog.LevelDebug, "lock released", l.key, l.token, "agreed", o.Yes)
-		return nil
+// markReleased marks the lock released, and reports whether it was not yet.
+func (l *Lock) markReleased() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return false
 	}
-	kind := ErrUnavailable
-	if o.No > len(c.nodes)-o.Need {
-		kind = ErrLockLost
-	}
-	qe := quorumError("release", l.resource, kind, pick(c.nodes, done), o)
-	qe.Nodes = len(c.nodes)
-	if !o.Decided {
-		qe.Cause = ctx.Err()
-	}
-	c.log(ctx, slog.LevelWarn, "lock release incomplete", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
-	return qe
+	l.released = true
+	l.notifyLocked()
+	return true
 }
 
 // abandon releases a lock that is being handed back before the caller saw it.
 func (l *Lock) abandon() {
-	l.mu.Lock()
-	l.released = true
-	l.notifyLocked()
-	l.mu.Unlock()
-	abandon(l.c, l.acquire, l.key, l.token)
+	l.markReleased()
+	l.c.abandonAcquire(l.acquire, l)
 	l.c.releasedHere(l.resource)
 }

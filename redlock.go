@@ -10,7 +10,6 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -22,6 +21,7 @@ import (
 // concurrent use.
 type Client struct {
 	nodes []node.Node
+	all   []int // 0..len(nodes)-1: every node, for rounds sent to all
 	cfg   config
 	owned bool // Close closes the nodes (Dial created them)
 
@@ -48,7 +48,11 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	if err := checkNodes(nodes); err != nil {
 		return nil, err
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
+	all := make([]int, len(nodes))
+	for i := range all {
+		all[i] = i
+	}
+	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -132,15 +136,16 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// enter marks the start of an operation that may start background work; it fails
-// once the client is closed. The caller must call c.mu.RUnlock when done.
-func (c *Client) enter() error {
+// begin marks the start of an operation that may start background work, so
+// that Close waits for it; it fails once the client is closed. The caller must
+// call end when the operation is over.
+func (c *Client) begin() (end func(), err error) {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
-	return nil
+	return c.mu.RUnlock, nil
 }
 
 // spawn runs f in a goroutine that Close waits for. It is called only while an
@@ -285,90 +290,65 @@ func (c *Client) keys(resource string) (lockKey, fenceKey string) {
 
 // try is one acquisition attempt.
 func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	if err := c.enter(); err != nil {
-		return nil, err
-	}
-	defer c.mu.RUnlock()
-
-	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
-	}
-	key, fenceKey := c.keys(resource)
-	token, err := newToken()
+	end, err := c.begin()
 	if err != nil {
 		return nil, err
 	}
-	ttl := lc.ttl
-	callTimeout := min(c.cfg.nodeTimeout, ttl)
-	// A straggler that lands after the attempt failed is released quietly (the
-	// lock is held elsewhere); after the lock was released by its holder, with a
-	// notification, since waiters may be listening only on that node.
-	released := new(atomic.Bool)
-	undo := func(i int, _ quorum.Reply[node.Acquired]) { c.releaseDetached(i, key, token, released.Load()) }
-
+	defer end()
+	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
+		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
+	}
+	l, err := c.newLock(resource, lc.ttl)
+	if err != nil {
+		return nil, err
+	}
 	start := c.cfg.clock.Now()
-	// The node calls run on a context the caller cannot cancel: a SET that is
-	// already on the wire completes, and if the attempt is abandoned by then it
-	// is undone, so cancelling Lock strands no key once the nodes answer.
-	opCtx := context.WithoutCancel(ctx)
-	call := quorum.Start(opCtx, len(c.nodes), func(ctx context.Context, i int) (node.Acquired, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, callTimeout)
-		defer cancel()
-		a, err := c.nodes[i].Acquire(ctx, key, fenceKey, token, ttl)
-		return a, a.OK, err
-	}, quorum.Options[node.Acquired]{Undo: undo, Go: c.spawn, Now: c.cfg.clock.Now, OnReply: onReply[node.Acquired](c, "acquire")})
-
+	call := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler}.start(ctx, c)
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
 	// even if the caller would wait longer, and release what was taken.
-	wctx, cancel := context.WithTimeout(ctx, ttl-clock.Drift(ttl, c.cfg.driftFactor))
+	wctx, cancel := context.WithTimeout(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
 	o := call.Wait(wctx)
 	cancel()
 	now := c.cfg.clock.Now()
-	validity := clock.Validity(ttl, now.Sub(start), c.cfg.driftFactor)
+	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
+	c.attempted(resource, lc, o, now.Sub(start), validity)
+	if !o.Success || validity <= 0 {
+		c.abandonAcquire(call.Call, l)
+		qe := call.fail(ctx, resource, ErrNotAcquired, o, errLeaseOutlived)
+		if o.Success {
+			qe.Validity = validity
+		}
+		c.log(ctx, slog.LevelDebug, "lock not acquired", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+		return nil, qe
+	}
+	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
+	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
+	if lc.fence {
+		if _, err := l.fenceEntered(ctx); err != nil {
+			l.abandon()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// attempted counts an attempt for Lock's hook and reports it to OnAttempt.
+func (c *Client) attempted(resource string, lc lockConfig, o quorum.Outcome[node.Acquired], elapsed, validity time.Duration) {
 	if lc.attempts != nil {
 		*lc.attempts++
 	}
 	if h := c.cfg.hooks.OnAttempt; h != nil {
 		h(AttemptEvent{Resource: resource, Acquired: o.Success && validity > 0, Agreed: o.Yes, Refused: o.No,
-			Failed: o.Failed, Elapsed: now.Sub(start), Validity: validity})
+			Failed: o.Failed, Elapsed: elapsed, Validity: validity})
 	}
-	if o.Success && validity > 0 {
-		l := &Lock{
-			c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl,
-			acquire: call, acquiredAt: now, undoNotifies: released,
-			until: start.Add(ttl - clock.Drift(ttl, c.cfg.driftFactor)),
-		}
-		c.tookHere(resource)
-		c.log(ctx, slog.LevelDebug, "lock acquired", key, token, "agreed", o.Yes, "validity", validity)
-		if lc.fence {
-			if _, err := l.fenceEntered(ctx); err != nil {
-				l.abandon()
-				return nil, err
-			}
-		}
-		return l, nil
-	}
-	abandon(c, call, key, token)
-	qe := quorumError("acquire", resource, ErrNotAcquired, c.nodes, o)
-	if o.Success {
-		qe.Validity = validity
-	}
-	if !o.Decided {
-		qe.Cause = ctx.Err()
-		if qe.Cause == nil {
-			qe.Cause = errLeaseOutlived
-		}
-	}
-	c.log(ctx, slog.LevelDebug, "lock not acquired", key, token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
-	return nil, qe
 }
 
-// abandon gives up an acquisition: nodes that granted it (or whose answer is
-// unknown) are released now, stragglers as they land.
-func abandon(c *Client, call *quorum.Call[node.Acquired], key, token string) {
+// abandonAcquire gives up an acquisition: nodes that granted it (or whose
+// answer is unknown) are released now, stragglers as they land (l.undoStraggler).
+func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 	for i, r := range call.Abandon() {
 		if r.Unsettled() {
-			c.spawn(func() { c.releaseDetached(i, key, token, false) })
+			c.spawn(func() { l.undoStraggler(i, r) })
 		}
 	}
 }
@@ -381,34 +361,6 @@ func (c *Client) releaseDetached(i int, key, token string, notify bool) {
 	if _, err := c.nodes[i].Release(ctx, key, token, notify); err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
-}
-
-// failed is the error of an operation that failed before any node answered.
-func (c *Client) failed(op, resource string, kind, cause error) *QuorumError {
-	return &QuorumError{Op: op, Resource: resource, Kind: kind,
-		Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: cause}
-}
-
-func quorumError[T any](op, resource string, kind error, nodes []node.Node, o quorum.Outcome[T]) *QuorumError {
-	qe := &QuorumError{
-		Op: op, Resource: resource, Kind: kind,
-		Need: o.Need, Agreed: o.Yes, Refused: o.No, Failed: o.Failed, Nodes: len(nodes),
-	}
-	for i, r := range o.Replies {
-		if r.Done && r.Err != nil {
-			qe.Errs = append(qe.Errs, &NodeError{Node: nodes[i].Name(), Err: r.Err})
-		}
-	}
-	return qe
-}
-
-// pick returns the nodes at positions idx.
-func pick(nodes []node.Node, idx []int) []node.Node {
-	out := make([]node.Node, len(idx))
-	for j, i := range idx {
-		out[j] = nodes[i]
-	}
-	return out
 }
 
 // newToken returns 16 random bytes from crypto/rand, hex-encoded.

@@ -84,11 +84,18 @@ func TestDoMaxHoldAndErrors(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	err := c.Do(ctx, "bounded", func(ctx context.Context) error {
 		<-ctx.Done()
-		return nil
+		assert.ErrorIs(t, context.Cause(ctx), redlock.ErrMaxHold)
+		return ctx.Err()
 	}, redlock.WithMaxHold(100*time.Millisecond))
-	require.Error(t, err)
+	require.ErrorIs(t, err, redlock.ErrMaxHold)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "fn's error is kept")
 	assert.NotErrorIs(t, err, redlock.ErrLockLost)
-	assert.Contains(t, err.Error(), "maximum hold")
+	// fn that finished its work (nil) after the maximum hold: Do returns nil.
+	err = c.Do(ctx, "bounded", func(ctx context.Context) error {
+		<-ctx.Done()
+		return nil
+	}, redlock.WithMaxHold(50*time.Millisecond))
+	require.NoError(t, err)
 
 	boom := errors.New("boom")
 	err = c.Do(ctx, "bounded", func(context.Context) error { return boom })
@@ -97,7 +104,7 @@ func TestDoMaxHoldAndErrors(t *testing.T) {
 	require.NoError(t, err, "released after fn's error")
 	require.NoError(t, l.Release(ctx))
 
-	_, err = c.TryLock(ctx, "bounded", redlock.WithMaxHold(-1))
+	err = c.Do(ctx, "bounded", func(context.Context) error { return nil }, redlock.WithMaxHold(-1))
 	require.ErrorIs(t, err, redlock.ErrInvalid)
 }
 

@@ -30,7 +30,7 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
-	changed  chan struct{} // closed (and replaced) whenever until or released changes
+	watchers map[chan struct{}]struct{} // poked whenever until or released changes
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
@@ -102,21 +102,35 @@ func (l *Lock) setUntil(t time.Time) {
 
 // notifyLocked wakes whoever watches the lease; l.mu must be held.
 func (l *Lock) notifyLocked() {
-	if l.changed != nil {
-		close(l.changed)
+	for ch := range l.watchers {
+		select {
+		case ch <- struct{}{}:
+		default: // already poked
+		}
 	}
-	l.changed = make(chan struct{})
 }
 
-// lease returns the current end of validity, whether the lock was released, and
-// a channel closed when either changes.
-func (l *Lock) lease() (until time.Time, released bool, changed <-chan struct{}) {
+// subscribe makes every change of the lease poke ch (buffered, coalesced) until
+// the returned stop is called.
+func (l *Lock) subscribe(ch chan struct{}) (stop func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.changed == nil {
-		l.changed = make(chan struct{})
+	if l.watchers == nil {
+		l.watchers = map[chan struct{}]struct{}{}
 	}
-	return l.until, l.released, l.changed
+	l.watchers[ch] = struct{}{}
+	return func() {
+		l.mu.Lock()
+		delete(l.watchers, ch)
+		l.mu.Unlock()
+	}
+}
+
+// lease returns the current end of validity and whether the lock was released.
+func (l *Lock) lease() (until time.Time, released bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until, l.released
 }
 
 // Extend renews the lease on every node that still holds it (compare-and-pexpire:

@@ -14,7 +14,10 @@ type MultiLock struct {
 
 // LockMulti acquires every resource, all or nothing, in one global order (sorted
 // by name, duplicates removed) so that two callers asking for overlapping sets
-// cannot deadlock each other. Each acquisition waits like Lock. On failure, the
+// cannot deadlock each other. Each acquisition waits like Lock, but no longer
+// than the locks already taken stay valid: when one of them would lapse first,
+// they are all released and LockMulti starts over (after a backoff). So the
+// locks it returns are all valid (Until in the future). On failure, the
 // resources already taken are released and the error is that of the resource
 // that could not be taken.
 func (c *Client) LockMulti(ctx context.Context, resources []string, opts ...LockOption) (*MultiLock, error) {
@@ -24,16 +27,56 @@ func (c *Client) LockMulti(ctx context.Context, resources []string, opts ...Lock
 	sorted := slices.Clone(resources)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	m := &MultiLock{}
 	for _, r := range sorted {
-		l, err := c.Lock(ctx, r, opts...)
-		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*c.cfg.nodeTimeout)
-			_ = m.Release(rctx)
-			cancel()
+		if _, err := c.lockConfig(r, opts); err != nil {
 			return nil, err
 		}
-		m.locks = append(m.locks, l)
+	}
+	for attempt := 0; ; attempt++ {
+		m, err := c.lockAll(ctx, sorted, opts)
+		if !errors.Is(err, errHeldLapsed) {
+			return m, err
+		}
+		t := time.NewTimer(backoff(c.cfg.retryMin, c.cfg.retryMax, attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, c.failed("acquire", sorted[0], ErrNotAcquired, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// errHeldLapsed says that a lock LockMulti had taken would have lapsed before
+// the next one was acquired.
+var errHeldLapsed = errors.New("a lock taken earlier would lapse before the next one was acquired")
+
+// lockAll takes resources in order, each wait bounded by the validity of the
+// locks already held; it fails with errHeldLapsed when that bound was reached.
+func (c *Client) lockAll(ctx context.Context, resources []string, opts []LockOption) (*MultiLock, error) {
+	m := &MultiLock{}
+	for _, r := range resources {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if len(m.locks) > 0 {
+			wctx, cancel = context.WithTimeout(ctx, m.Until().Sub(c.cfg.clock.Now()))
+		}
+		l, err := c.Lock(wctx, r, opts...)
+		cancel()
+		if err == nil {
+			m.locks = append(m.locks, l)
+			continue
+		}
+		if len(m.locks) > 0 {
+			_ = releaseAll(ctx, m.locks)
+		}
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return nil, errHeldLapsed
+		}
+		return nil, err
+	}
+	if !c.cfg.clock.Now().Before(m.Until()) {
+		_ = releaseAll(ctx, m.locks)
+		return nil, errHeldLapsed
 	}
 	return m, nil
 }
@@ -72,18 +115,18 @@ func (m *MultiLock) Release(ctx context.Context) error {
 
 // DoMulti is Do over several resources, taken all or nothing in sorted order
 // like LockMulti, renewed together; fn's context ends when any of them can no
-// longer be trusted.
-func (c *Client) DoMulti(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...LockOption) error {
+// longer be trusted. fn is not called when that has already happened.
+func (c *Client) DoMulti(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...DoOption) error {
 	if len(resources) == 0 {
 		return invalid("no resources")
 	}
-	lc, err := c.lockConfig(resources[0], opts)
+	lockOpts, h, err := c.doOptions(resources[0], fn, opts)
 	if err != nil {
 		return err
 	}
-	m, err := c.LockMulti(ctx, resources, opts...)
+	m, err := c.LockMulti(ctx, resources, lockOpts...)
 	if err != nil {
 		return err
 	}
-	return hold(ctx, m.locks, lc, fn)
+	return hold(ctx, m.locks, h, fn)
 }

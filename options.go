@@ -15,7 +15,7 @@ const (
 	// DefaultTTL is the lease requested from each node.
 	DefaultTTL = 10 * time.Second
 	// DefaultNodeTimeout bounds each call to one node.
-	DefaultNodeTimeout = 500 * time.Millisecond
+	DefaultNodeTimeout = node.DefaultTimeout
 	// DefaultRetryMin and DefaultRetryMax bound the exponential backoff between
 	// attempts of Lock (full jitter: each wait is uniform in [0, bound)).
 	DefaultRetryMin = 4 * time.Millisecond
@@ -76,22 +76,42 @@ type optionFunc func(*config) error
 
 func (f optionFunc) apply(c *config) error { return f(c) }
 
-// LockOption configures one call of Lock or TryLock.
-type LockOption interface{ applyLock(*lockConfig) error }
+// LockOption configures one acquisition: Lock, TryLock, LockMulti, and the
+// acquisition made by Do and DoMulti.
+type LockOption interface {
+	DoOption
+	applyLock(*lockConfig) error
+}
+
+// HoldOption configures how a lock is held once taken: Lock.Keep, Lock.Context,
+// and the holding part of Do and DoMulti.
+type HoldOption interface {
+	DoOption
+	applyHold(*holdConfig) error
+}
+
+// DoOption configures Do and DoMulti: every LockOption and every HoldOption is
+// one.
+type DoOption interface {
+	applyDo(*lockConfig, *holdConfig) error
+}
 
 type lockOptionFunc func(*lockConfig) error
 
-func (f lockOptionFunc) applyLock(c *lockConfig) error { return f(c) }
+func (f lockOptionFunc) applyLock(c *lockConfig) error              { return f(c) }
+func (f lockOptionFunc) applyDo(c *lockConfig, _ *holdConfig) error { return f(c) }
+
+type holdOptionFunc func(*holdConfig) error
+
+func (f holdOptionFunc) applyHold(h *holdConfig) error              { return f(h) }
+func (f holdOptionFunc) applyDo(_ *lockConfig, h *holdConfig) error { return f(h) }
 
 type lockConfig struct {
-	attempts   *int // counts attempts for hooks, when set
-	fence      bool
-	maxHold    time.Duration
-	renewEvery time.Duration
-	margin     time.Duration
-	ttl        time.Duration
-	retryMin   time.Duration
-	retryMax   time.Duration
+	attempts *int // counts attempts for hooks, when set
+	fence    bool
+	ttl      time.Duration
+	retryMin time.Duration
+	retryMax time.Duration
 }
 
 // WithTTL sets the lease requested from each node (default 10s). It must be a
@@ -134,11 +154,11 @@ func checkBackoff(min, max time.Duration) error {
 }
 
 // WithNodeTimeout bounds every call to one node (default 500ms), in addition to
-// the caller's context. It must be in (0, 1m].
+// the caller's context. It must be in (0, node.MaxTimeout].
 func WithNodeTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
-		if d <= 0 || d > time.Minute {
-			return invalid("node timeout %v must be in (0, 1m]", d)
+		if err := node.CheckTimeout(d); err != nil {
+			return invalid("node timeout: %w", err)
 		}
 		c.nodeTimeout = d
 		return nil

@@ -66,9 +66,6 @@ var (
 	ErrUnexpectedReply = errors.New("node: unexpected reply")
 )
 
-// DefaultTimeout bounds every call to a node when no Timeout option is given.
-const DefaultTimeout = 500 * time.Millisecond
-
 // Option configures a Redis node.
 type Option interface{ apply(*config) error }
 
@@ -86,12 +83,11 @@ type config struct {
 }
 
 // WithTimeout bounds each call to the node (including taking a connection and
-// dialing) to d, in addition to the context's own deadline. It must be positive and
-// at most a minute.
+// dialing) to d, in addition to the context's own deadline (see CheckTimeout).
 func WithTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
-		if d <= 0 || d > time.Minute {
-			return fmt.Errorf("%w: timeout %v must be in (0, 1m]", ErrInvalidOption, d)
+		if err := CheckTimeout(d); err != nil {
+			return err
 		}
 		c.timeout = d
 		return nil

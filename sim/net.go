@@ -159,10 +159,11 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 	l.mu.Unlock()
 	c := &conn{
 		l: l, id: id, pipe: pipe,
-		out:    make(chan outMsg, 16),
-		in:     make(chan []byte),
-		closed: make(chan struct{}),
-		dead:   make(chan struct{}),
+		out:     make(chan outMsg, 16),
+		in:      make(chan []byte),
+		inReady: make(chan struct{}, 1),
+		closed:  make(chan struct{}),
+		dead:    make(chan struct{}),
 	}
 	if !l.node.track(c) {
 		pipe.Close()
@@ -198,7 +199,9 @@ type conn struct {
 	pending    []byte
 	lastOut    time.Time // delivery time of the last request (TCP keeps order)
 	lastIn     time.Time // arrival time of the last reply chunk
-	reply      fate      // fate of the request whose reply is being read
+	inQ        []inMsg   // replies read from the node, not yet delivered
+	inReady    chan struct{}
+	reply      fate // fate of the request whose reply is being read
 	closeOnce  sync.Once
 	closed     chan struct{} // the client closed its end
 	deadOnce   sync.Once
@@ -342,9 +345,15 @@ func (c *conn) sender() {
 	}
 }
 
+// receiver reads the node's replies as soon as the node writes them, so that
+// the node never blocks on a write: miniredis writes pub/sub messages while
+// holding a connection mutex, and a goroutine waiting for a mutex is not
+// durably blocked, so a write waiting on a virtual-time delay would stop the
+// bubble's clock. The delays are applied by deliver.
 func (c *conn) receiver() {
 	w := c.l.w
 	buf := make([]byte, 4096)
+	go c.deliver()
 	for {
 		n, err := c.pipe.Read(buf)
 		if err != nil {
@@ -373,12 +382,45 @@ func (c *conn) receiver() {
 			at = c.lastIn
 		}
 		c.lastIn = at
+		c.inQ = append(c.inQ, inMsg{data: append([]byte(nil), buf[:n]...), at: at})
 		c.mu.Unlock()
-		if !c.sleepUntil(at) {
+		select {
+		case c.inReady <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type inMsg struct {
+	data []byte
+	at   time.Time
+}
+
+// deliver hands the replies read by receiver to Read, each at its arrival
+// time, in order.
+func (c *conn) deliver() {
+	for {
+		c.mu.Lock()
+		var m inMsg
+		ok := len(c.inQ) > 0
+		if ok {
+			m = c.inQ[0]
+			c.inQ = c.inQ[1:]
+		}
+		c.mu.Unlock()
+		if !ok {
+			select {
+			case <-c.inReady:
+				continue
+			case <-c.dead:
+				return
+			}
+		}
+		if !c.sleepUntil(m.at) {
 			return
 		}
 		select {
-		case c.in <- append([]byte(nil), buf[:n]...):
+		case c.in <- m.data:
 		case <-c.closed:
 		case <-c.dead:
 			return

@@ -2,40 +2,19 @@ package sim
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/history"
 )
 
 // The checker works on the recorded history only: grants (as their holders
-// saw them) and protected writes (as the resource saw them).
-//
-// Definitions (all times are the bubble's virtual time, which is also every
-// client's clock):
-//
-//   - A grant's validity window is [Acquired, ValidEnd): from the moment
-//     TryLock returned the lock (the earliest the holder can act) to its last
-//     Until (as extended), or to the call of Release if earlier. It does not
-//     start when TryLock was called: a request sent while another client held
-//     the lock, delayed in the network and granted after that lock ended, is
-//     not an overlap.
-//   - A grant's occupancy is [Acquired, max(ValidEnd, last write)]: the holder
-//     occupies the resource while its lease is valid, and until its last
-//     protected write took effect if that was later (a holder paused past its
-//     validity, P3).
-//   - An overlap is a pair of grants whose occupancies intersect (for a
-//     positive duration). It is a "lease" overlap when the validity windows
-//     themselves intersect (the lock service gave the lock twice: P1, P2, P5,
-//     P6, P7, P8), an "action" overlap when only a late write makes them
-//     intersect (P3).
-//   - Grant B is later than grant A when B's TryLock was called after A's
-//     returned: then every correct lock orders A before B, and fencing must
-//     give B the larger token (docs/fencing.md, Theorem 1, whatever the clocks
-//     or pauses, as long as no counter is lost).
-//   - A stale write is a write of A that a resource accepted after it had
-//     accepted a write of a later grant B. The plain register (no fencing)
-//     accepts every write; the fenced resource (fence.Value) only tokens at
-//     least as high as the highest it accepted.
+// saw them) and protected writes (as the resource saw them), judged by the
+// definitions of internal/history, which the fault-injection suite shares.
+// All times are the bubble's virtual time, which is also every client's
+// clock. The plain register (no fencing) accepts every write; the fenced
+// resource (fence.Value) only tokens at least as high as the highest it
+// accepted.
 
 // Overlap is two grants that occupied the resource at the same time.
 type Overlap struct {
@@ -107,17 +86,6 @@ func (r Report) Details() string {
 	return b.String()
 }
 
-// lastWrite returns the time of g's last write, or -1.
-func lastWrite(g *Grant, writes []*Write) time.Duration {
-	last := time.Duration(-1)
-	for _, wr := range writes {
-		if wr.Grant == g && wr.At > last {
-			last = wr.At
-		}
-	}
-	return last
-}
-
 func occEnd(g *Grant) time.Duration {
 	end := g.ValidEnd()
 	if g.lastWrite > end {
@@ -126,93 +94,50 @@ func occEnd(g *Grant) time.Duration {
 	return end
 }
 
-// late reports whether a write took effect after its validity: at or after
-// Until, or after Release was called (a write and the Release that follows it
-// may share a virtual instant).
-func late(wr *Write) bool {
-	g := wr.Grant
-	return wr.At >= g.Until || g.Released >= 0 && wr.At > g.Released
-}
-
-// later reports whether b is later than a: b's TryLock was called after a's
-// returned.
-func later(b, a *Grant) bool { return b.Started > a.Acquired }
-
-// Check applies the definitions above to a history.
+// Check judges a history by the definitions of internal/history.
 func Check(h *History) Report {
 	grants, writes := h.Grants(), h.Writes()
-	sort.SliceStable(writes, func(i, j int) bool { return writes[i].At < writes[j].At })
-	r := Report{Grants: len(grants), Writes: len(writes)}
-	for _, g := range grants {
-		g.lastWrite = lastWrite(g, writes)
-	}
-
-	// Mutual exclusion.
-	for i, a := range grants {
-		for _, b := range grants[i+1:] {
-			from := max(a.Acquired, b.Acquired)
-			to := min(occEnd(a), occEnd(b))
-			if from >= to {
-				continue
-			}
-			kind := "action"
-			if max(a.Acquired, b.Acquired) < min(a.ValidEnd(), b.ValidEnd()) {
-				kind = "lease"
-			}
-			x, y := a, b
-			if y.Acquired < x.Acquired {
-				x, y = y, x
-			}
-			r.Overlaps = append(r.Overlaps, Overlap{A: x, B: y, From: from, To: to, Kind: kind})
+	in := make([]*history.Grant, len(grants))
+	index := make(map[*Grant]int, len(grants))
+	at := func(d time.Duration) time.Time { return h.start.Add(d) }
+	for i, g := range grants {
+		index[g] = i
+		g.lastWrite = -1
+		in[i] = &history.Grant{Client: g.Client, Started: at(g.Started), Acquired: at(g.Acquired), Until: at(g.Until), Token: g.Fence}
+		if g.Released >= 0 {
+			in[i].Released = at(g.Released)
 		}
 	}
-
-	// Stale writes: accepted after a write of a later grant.
-	for i, wr := range writes {
-		for _, prev := range writes[:i] {
-			if prev.Grant == wr.Grant || !later(prev.Grant, wr.Grant) {
-				continue
-			}
-			r.UnfencedStale = append(r.UnfencedStale, wr)
-			break
-		}
-		if !wr.Accepted {
-			continue
-		}
-		for _, prev := range writes[:i] {
-			if prev.Accepted && prev.Grant != wr.Grant && later(prev.Grant, wr.Grant) {
-				r.StaleAccepted = append(r.StaleAccepted, wr)
-				break
-			}
-		}
+	mine := make([][]*Write, len(grants)) // mine[i][j] is in[i].Writes[j]
+	for seq, wr := range writes {
+		i := index[wr.Grant]
+		in[i].Writes = append(in[i].Writes, history.Write{At: at(wr.At), Seq: seq, Accepted: wr.Accepted})
+		mine[i] = append(mine[i], wr)
+		wr.Grant.lastWrite = max(wr.Grant.lastWrite, wr.At)
 	}
-
-	// Token order.
-	for i, a := range grants {
-		if a.Fence == 0 {
-			continue
+	v := history.Check(in)
+	refs := func(rs []history.WriteRef) []*Write {
+		var out []*Write
+		for _, r := range rs {
+			out = append(out, mine[r.Grant][r.Write])
 		}
-		for _, b := range grants[i+1:] {
-			if b.Fence == 0 {
-				continue
-			}
-			switch {
-			case a.Fence == b.Fence:
-				r.TokenOrder = append(r.TokenOrder, fmt.Sprintf("%s and %s both have token %d", a.ID, b.ID, a.Fence))
-			case later(b, a) && b.Fence < a.Fence:
-				r.TokenOrder = append(r.TokenOrder, fmt.Sprintf("%s (token %d) is later than %s (token %d)", b.ID, b.Fence, a.ID, a.Fence))
-			case later(a, b) && a.Fence < b.Fence:
-				r.TokenOrder = append(r.TokenOrder, fmt.Sprintf("%s (token %d) is later than %s (token %d)", a.ID, a.Fence, b.ID, b.Fence))
-			}
-		}
+		return out
 	}
-
-	// Writes inside validity must be accepted; writes outside are late.
-	for _, wr := range writes {
-		if late(wr) {
-			r.LateWrites = append(r.LateWrites, wr)
-		} else if !wr.Accepted {
-			r.RefusedValid = append(r.RefusedValid, wr)
+	r := Report{Grants: v.Grants, Writes: v.Writes, StaleAccepted: refs(v.StaleAccepted), UnfencedStale: refs(v.UnfencedStale),
+		RefusedValid: refs(v.RefusedValid), LateWrites: refs(v.LateWrites)}
+	for _, o := range v.Overlaps {
+		kind := "action"
+		if o.Lease {
+			kind = "lease"
+		}
+		r.Overlaps = append(r.Overlaps, Overlap{A: grants[o.A], B: grants[o.B], From: o.From.Sub(h.start), To: o.To.Sub(h.start), Kind: kind})
+	}
+	for _, t := range v.TokenOrder {
+		a, b := grants[t.A], grants[t.B]
+		if t.Equal {
+			r.TokenOrder = append(r.TokenOrder, fmt.Sprintf("%s and %s both have token %d", a.ID, b.ID, a.Fence))
+		} else {
+			r.TokenOrder = append(r.TokenOrder, fmt.Sprintf("%s (token %d) is later than %s (token %d)", b.ID, b.Fence, a.ID, a.Fence))
 		}
 	}
 	return r

@@ -36,14 +36,38 @@ func (r *Result) Violations() int { return r.Report.Violations() + len(r.Anomali
 // Run executes s and checks its history. Call it inside a synctest bubble.
 // With netLog, every message is in the timeline.
 func Run(s Schedule, netLog bool) *Result {
-	// Clients: the schedule's, then the prober P (if any), then the warm-up
-	// client W (if any). P and W reach every node over a quiet network.
+	w, prober, warm := scheduleWorld(s, netLog)
+	r := &runner{s: s, w: w, grants: make(chan grantEvent, 64), probes: make(chan grantEvent, 64)}
+	res := &Result{Schedule: s, History: w.hist}
+	r.startFaults()
+	if s.Warmup {
+		r.warmupWith(warm)
+	}
+	r.runClients(prober)
+	close(r.grants)
+	w.Close()
+	r.helpers.Wait()
+
+	r.mu.Lock()
+	res.Anomalies = append(res.Anomalies, r.anomalies...)
+	r.mu.Unlock()
+	res.Report = Check(w.hist)
+	res.Commands = w.Commands()
+	res.Virtual = w.since()
+	return res
+}
+
+// scheduleWorld builds the world of a schedule. Its clients are the
+// schedule's, then the prober P (if any, index prober), then the warm-up
+// client W (if any, index warm); P and W reach every node over a quiet
+// network.
+func scheduleWorld(s Schedule, netLog bool) (w *World, prober, warm int) {
 	nc := s.Clients
 	var names []string
 	for c := 0; c < s.Clients; c++ {
 		names = append(names, clientName(c))
 	}
-	prober, warm := -1, -1
+	prober, warm = -1, -1
 	if s.Probe {
 		prober = nc
 		nc++
@@ -54,7 +78,7 @@ func Run(s Schedule, netLog bool) *Result {
 		nc++
 		names = append(names, "W")
 	}
-	w := NewWorld(WorldConfig{
+	w = NewWorld(WorldConfig{
 		Seed: s.Seed, Nodes: s.Nodes, Clients: nc,
 		TTL: s.TTL, NodeTimeout: s.NodeTimeout, DriftFactor: s.DriftFactor,
 		Rates: s.Rates, Steps: s.Steps,
@@ -67,27 +91,15 @@ func Run(s Schedule, netLog bool) *Result {
 		NetLog: netLog,
 		Names:  names,
 	})
-	r := &runner{s: s, w: w, grants: make(chan grantEvent, 64), probes: make(chan grantEvent, 64)}
-	res := &Result{Schedule: s, History: w.hist}
+	return w, prober, warm
+}
 
+// startFaults starts the schedule's crashes and adaptive faults, and routes
+// grants to the adaptive driver and the prober.
+func (r *runner) startFaults() {
+	s, w := r.s, r.w
 	for _, c := range s.Crashes {
-		r.helper(func() {
-			n := w.nodes[c.Node]
-			if !r.sleepUntil(c.At) {
-				return
-			}
-			n.Crash()
-			r.sleepUntil(c.At + c.Down)
-			empty := c.Empty
-			if empty && !r.wipeDetectable(n) {
-				// Losing this counter would break fencing's precondition
-				// (F1, and the detection of docs/fencing.md §6): the node
-				// comes back from its AOF instead.
-				w.record("sim", fmt.Sprintf("%s would restart empty, but fewer than a majority of the other nodes have a fence counter: it restarts with its data instead", n.name))
-				empty = false
-			}
-			n.Restart(empty)
-		})
+		r.helper(func() { r.crash(c) })
 	}
 	if s.Adaptive != nil {
 		if s.Adaptive.Kind == BreakFailover {
@@ -103,21 +115,46 @@ func Run(s Schedule, netLog bool) *Result {
 			r.probes <- e
 		}
 	}
+}
 
-	if s.Warmup {
-		h, err := w.NewHolder(warm)
-		if err == nil {
-			h.silent = true // not a target of the adaptive faults
-			err = r.warmup(h)
-		}
-		if err != nil {
-			r.anomaly("warm-up: " + err.Error())
-		}
+// crash crashes a node at c.At and restarts it c.Down later.
+func (r *runner) crash(c Crash) {
+	w := r.w
+	n := w.nodes[c.Node]
+	if !r.sleepUntil(c.At) {
+		return
 	}
+	n.Crash()
+	r.sleepUntil(c.At + c.Down)
+	empty := c.Empty
+	if empty && !r.wipeDetectable(n) {
+		// Losing this counter would break fencing's precondition (F1, and
+		// the detection of docs/fencing.md §6): the node comes back from its
+		// AOF instead.
+		w.record("sim", fmt.Sprintf("%s would restart empty, but fewer than a majority of the other nodes have a fence counter: it restarts with its data instead", n.name))
+		empty = false
+	}
+	n.Restart(empty)
+}
 
+// warmupWith runs the warm-up grant with client warm.
+func (r *runner) warmupWith(warm int) {
+	h, err := r.w.NewHolder(warm)
+	if err == nil {
+		h.silent = true // not a target of the adaptive faults
+		err = r.warmup(h)
+	}
+	if err != nil {
+		r.anomaly("warm-up: " + err.Error())
+	}
+}
+
+// runClients runs the schedule's clients, and the prober (client prober, if
+// not -1) until they are done.
+func (r *runner) runClients(prober int) {
 	var wg sync.WaitGroup
-	for c := 0; c < s.Clients; c++ {
-		h, err := w.NewHolder(c)
+	for c := 0; c < r.s.Clients; c++ {
+		h, err := r.w.NewHolder(c)
 		if err != nil {
 			r.anomaly(fmt.Sprintf("client %s: %v", clientName(c), err))
 			continue
@@ -131,8 +168,8 @@ func Run(s Schedule, netLog bool) *Result {
 		}()
 	}
 	var pwg sync.WaitGroup
-	if s.Probe {
-		h, err := w.NewHolder(prober)
+	if prober >= 0 {
+		h, err := r.w.NewHolder(prober)
 		if err != nil {
 			r.anomaly(fmt.Sprintf("prober: %v", err))
 		} else {
@@ -147,17 +184,6 @@ func Run(s Schedule, netLog bool) *Result {
 	wg.Wait()
 	close(r.probes)
 	pwg.Wait()
-	close(r.grants)
-	w.Close()
-	r.helpers.Wait()
-
-	r.mu.Lock()
-	res.Anomalies = append(res.Anomalies, r.anomalies...)
-	r.mu.Unlock()
-	res.Report = Check(w.hist)
-	res.Commands = w.Commands()
-	res.Virtual = w.since()
-	return res
 }
 
 type runner struct {

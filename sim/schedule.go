@@ -144,16 +144,11 @@ func StepBudget(ttl time.Duration, f, rate float64) time.Duration {
 
 // Generate draws a schedule of profile p from seed.
 func Generate(seed uint64, p Profile) Schedule {
-	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
-	pick := func(xs []int, def int) int {
-		if len(xs) == 0 {
-			return def
-		}
-		return xs[rng.IntN(len(xs))]
-	}
-	s := Schedule{
+	g := &generator{rng: rand.New(rand.NewPCG(seed, 0x5c4ed)), p: p}
+	s := &g.s
+	*s = Schedule{
 		Seed: seed, Profile: p.Name,
-		Nodes: pick(p.Nodes, 3), Clients: pick(p.Clients, 2),
+		Nodes: g.pick(p.Nodes, 3), Clients: g.pick(p.Clients, 2),
 		TTL: DefaultTTL, NodeTimeout: DefaultNodeTimeout, DriftFactor: clock.DefaultDriftFactor,
 		Sessions: 2, Attempts: 4, BackoffMax: 80 * time.Millisecond,
 	}
@@ -161,18 +156,57 @@ func Generate(seed uint64, p Profile) Schedule {
 		s.TTL = p.TTL
 	}
 	if len(p.Breaks) > 0 {
-		s.Break = p.Breaks[rng.IntN(len(p.Breaks))]
+		s.Break = p.Breaks[g.rng.IntN(len(p.Breaks))]
 	}
-	f := p.Faults
-	uniform := func(lo, hi time.Duration) time.Duration {
-		if hi <= lo {
-			return lo
-		}
-		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	g.horizon = 2 * s.TTL // faults fall in the busy part of a run
+	g.clocks()
+	g.links()
+	// Often, each client reaches only a bare majority (a different minority
+	// is cut off for each): faults on one node then matter most. An
+	// unavailable minority is within P8's budget.
+	if p.Faults.Net && s.Break == BreakNone && g.rng.Float64() < 0.3 {
+		s.cutMinorities(g.rng)
 	}
-	horizon := 2 * s.TTL // faults fall in the busy part of a run
+	// The prober aims at the end of leases (see Schedule.Probe).
+	if g.rng.Float64() < 0.5 {
+		s.Probe, s.ProbeMax = true, 1+g.rng.IntN(2)
+	}
+	g.crashes()
+	s.PrePause = p.Faults.Pauses
+	s.PostPause = p.Faults.Pauses
+	if p.ClientDriftFactor > 0 {
+		s.DriftFactor = p.ClientDriftFactor // the bounds above used the true factor
+	}
+	g.breakPrecondition()
+	return *s
+}
 
-	// Node clocks.
+// generator draws one schedule; the order of its draws is part of what a seed
+// means, so that a seed replays the same schedule.
+type generator struct {
+	rng     *rand.Rand
+	p       Profile
+	s       Schedule
+	horizon time.Duration
+}
+
+func (g *generator) pick(xs []int, def int) int {
+	if len(xs) == 0 {
+		return def
+	}
+	return xs[g.rng.IntN(len(xs))]
+}
+
+func (g *generator) uniform(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(g.rng.Int64N(int64(hi-lo)))
+}
+
+// clocks draws each node's clock rate and steps.
+func (g *generator) clocks() {
+	s, f, rng := &g.s, g.p.Faults, g.rng
 	s.Rates = make([]float64, s.Nodes)
 	s.Steps = make([][]Step, s.Nodes)
 	for n := range s.Rates {
@@ -190,15 +224,18 @@ func Generate(seed uint64, p Profile) Schedule {
 		if f.Steps {
 			if rng.Float64() < 0.25 {
 				budget := StepBudget(s.TTL, s.DriftFactor, s.Rates[n])
-				s.Steps[n] = append(s.Steps[n], Step{At: uniform(0, horizon), Delta: time.Duration((0.5 + 0.49*rng.Float64()) * float64(budget))})
+				s.Steps[n] = append(s.Steps[n], Step{At: g.uniform(0, g.horizon), Delta: time.Duration((0.5 + 0.49*rng.Float64()) * float64(budget))})
 			}
 			if rng.Float64() < 0.15 {
-				s.Steps[n] = append(s.Steps[n], Step{At: uniform(0, horizon), Delta: -uniform(time.Millisecond, 3*s.TTL)})
+				s.Steps[n] = append(s.Steps[n], Step{At: g.uniform(0, g.horizon), Delta: -g.uniform(time.Millisecond, 3*s.TTL)})
 			}
 		}
 	}
+}
 
-	// Links.
+// links draws each client-node link's delays, loss and partitions.
+func (g *generator) links() {
+	s, p := &g.s, g.p
 	s.Links = make([][]LinkFaults, s.Clients)
 	for c := range s.Links {
 		s.Links[c] = make([]LinkFaults, s.Nodes)
@@ -207,7 +244,7 @@ func Generate(seed uint64, p Profile) Schedule {
 			if p.MaxDelay > 0 {
 				lf.MaxDelay = p.MaxDelay
 			}
-			if f.Net {
+			if p.Faults.Net {
 				lf.SlowProb, lf.SlowMax = 0.05, 3*s.NodeTimeout
 				if p.SlowProb > 0 {
 					lf.SlowProb = p.SlowProb
@@ -216,46 +253,36 @@ func Generate(seed uint64, p Profile) Schedule {
 					lf.SlowMax = p.SlowMax
 				}
 				lf.ReqLoss, lf.ReplyLoss = 0.02, 0.02
-				if rng.Float64() < 0.1 {
-					from := uniform(0, horizon)
-					lf.Partitions = append(lf.Partitions, Interval{From: from, To: from + uniform(20*time.Millisecond, 800*time.Millisecond)})
+				if g.rng.Float64() < 0.1 {
+					from := g.uniform(0, g.horizon)
+					lf.Partitions = append(lf.Partitions, Interval{From: from, To: from + g.uniform(20*time.Millisecond, 800*time.Millisecond)})
 				}
 			}
 			s.Links[c][n] = lf
 		}
 	}
+}
 
-	// Often, each client reaches only a bare majority (a different minority
-	// is cut off for each): faults on one node then matter most. An
-	// unavailable minority is within P8's budget.
-	if f.Net && s.Break == BreakNone && rng.Float64() < 0.3 {
-		s.cutMinorities(rng)
+// crashes draws crashes within P5: with data after any delay, or empty after
+// at least TTL + drift allowance.
+func (g *generator) crashes() {
+	s, rng := &g.s, g.rng
+	if !g.p.Faults.Restarts || rng.Float64() >= 0.3 {
+		return
 	}
-	// The prober aims at the end of leases (see Schedule.Probe).
+	c := Crash{Node: rng.IntN(s.Nodes), At: g.uniform(0, g.horizon)}
 	if rng.Float64() < 0.5 {
-		s.Probe, s.ProbeMax = true, 1+rng.IntN(2)
+		c.Down = g.uniform(time.Millisecond, 500*time.Millisecond)
+	} else {
+		c.Empty = true
+		c.Down = s.TTL + clock.Drift(s.TTL, s.DriftFactor) + g.uniform(time.Millisecond, 400*time.Millisecond)
 	}
+	s.Crashes = append(s.Crashes, c)
+}
 
-	// Crashes within P5: with data after any delay, or empty after at least
-	// TTL + drift allowance.
-	if f.Restarts && rng.Float64() < 0.3 {
-		c := Crash{Node: rng.IntN(s.Nodes), At: uniform(0, horizon)}
-		if rng.Float64() < 0.5 {
-			c.Down = uniform(time.Millisecond, 500*time.Millisecond)
-		} else {
-			c.Empty = true
-			c.Down = s.TTL + clock.Drift(s.TTL, s.DriftFactor) + uniform(time.Millisecond, 400*time.Millisecond)
-		}
-		s.Crashes = append(s.Crashes, c)
-	}
-
-	s.PrePause = f.Pauses
-	s.PostPause = f.Pauses
-
-	if p.ClientDriftFactor > 0 {
-		s.DriftFactor = p.ClientDriftFactor // the bounds above used the true factor
-	}
-	// The broken precondition.
+// breakPrecondition sets up the precondition the profile breaks, if any.
+func (g *generator) breakPrecondition() {
+	s, rng := &g.s, g.rng
 	switch s.Break {
 	case BreakNone:
 	case BreakPause:
@@ -282,7 +309,6 @@ func Generate(seed uint64, p Profile) Schedule {
 			s.Adaptive = &Adaptive{Kind: s.Break, Prob: 0.8, Max: 2}
 		}
 	}
-	return s
 }
 
 // cutMinorities cuts each client off from ⌊N/2⌋ nodes for the whole run, a

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/redlock-go/redlock/internal/history"
 )
 
 // Grant is one successful acquisition and what its holder did with it, all
@@ -48,9 +50,10 @@ type Extension struct {
 
 // Write is one write to the fenced resource.
 type Write struct {
-	// At is when the write was handed to the resource (after the holder checked
-	// time.Now().Before(Until)).
-	At time.Time
+	// At is when the resource handled the write; Seq numbers the writes of
+	// one resource in the order it handled them.
+	At  time.Time
+	Seq int
 	// Accepted reports whether the resource accepted the token; Err is its
 	// refusal otherwise.
 	Accepted bool
@@ -66,15 +69,6 @@ func (g *Grant) End() time.Time {
 	return g.Until
 }
 
-// Accepted is one write a Resource accepted, in the order it accepted them.
-type Accepted struct {
-	Resource string
-	Grant    int
-	Client   int
-	Token    uint64
-	At       time.Time
-}
-
 // Overlap is a pair of grants of one resource, to different clients, whose
 // holding windows [Reply, End] intersect: for Duration, both clients held the
 // lock by their own clocks, which mutual exclusion forbids.
@@ -86,12 +80,12 @@ type Overlap struct {
 // Duration is how long both held the lock.
 func (o Overlap) Duration() time.Duration { return o.To.Sub(o.From) }
 
-// Stale is an accepted write that a fenced resource should have refused: its
-// token was lower than one accepted before, or equal to one accepted from a
-// different grant.
+// Stale is a write the fenced resource accepted after it had accepted a
+// write of a later grant (one whose lock call started after Grant's
+// returned): fencing failed.
 type Stale struct {
-	Write    Accepted
-	Previous Accepted // the write holding the highest token at that point
+	Grant *Grant
+	Write Write
 }
 
 // Result is what the checker found in a run.
@@ -99,6 +93,9 @@ type Result struct {
 	Acquisitions  int
 	Overlaps      []Overlap
 	StaleAccepted []Stale
+	// TokenOrder counts fencing-order violations: two grants of a resource
+	// with one token, or a later grant with a lower token.
+	TokenOrder int
 	// LooseOverlaps counts the pairs whose windows intersect when a window
 	// starts at Sent instead of Reply: it includes legitimate hand-overs (a
 	// request sent before the previous holder's release landed), so it is
@@ -109,80 +106,55 @@ type Result struct {
 	Extended, ExtendErrors                                    int
 }
 
-// Check finds overlapping holders and stale accepted writes. grants may be in
-// any order; accepted must be in the order the resources accepted the writes
-// (per resource).
-//
-// A holding window is [Reply, End]: from the moment Lock returned to the
-// moment the holder stopped relying on it (Until, or the start of Release if
-// earlier). Every write the holder made lies inside it. The window starts at
-// Reply rather than Sent because a request sent while the previous holder
-// still held the lock can legitimately be granted once that holder's release
-// has landed; starting at Sent would report such hand-overs as overlaps.
-func Check(grants []*Grant, accepted []Accepted) Result {
+// Check judges the grants of a run by the definitions of internal/history,
+// which the simulation shares. A holding window is [Reply, End]: from the
+// moment Lock returned to the moment the holder stopped relying on it (Until,
+// or the start of Release if earlier). It starts at Reply rather than Sent
+// because a request sent while the previous holder still held the lock can
+// legitimately be granted once that holder's release has landed.
+func Check(grants []*Grant) Result {
 	res := Result{Acquisitions: len(grants)}
-	byRes := map[string][]*Grant{}
-	for _, g := range grants {
-		byRes[g.Resource] = append(byRes[g.Resource], g)
-		if g.FenceErr != nil {
-			res.FenceErrors++
-		}
-		if g.ReleaseErr != nil {
-			res.ReleaseErrors++
-		}
-		for _, e := range g.Extensions {
-			if e.Err != nil {
-				res.ExtendErrors++
-			} else {
-				res.Extended++
-			}
-		}
+	in := make([]*history.Grant, len(grants))
+	for i, g := range grants {
+		in[i] = &history.Grant{Client: g.Client, Resource: g.Resource, Started: g.Sent, Acquired: g.Reply,
+			Until: g.Until, Released: g.ReleaseStart, Token: g.Token}
 		for _, w := range g.Writes {
-			if w.Accepted {
-				res.WritesAccepted++
-			} else {
-				res.WritesRefused++
-			}
+			in[i].Writes = append(in[i].Writes, history.Write{At: w.At, Seq: w.Seq, Accepted: w.Accepted})
 		}
+		res.count(g)
 	}
-	names := make([]string, 0, len(byRes))
-	for name := range byRes {
-		names = append(names, name)
+	v := history.Check(in)
+	for _, o := range v.Overlaps {
+		res.Overlaps = append(res.Overlaps, Overlap{A: grants[o.A], B: grants[o.B], From: o.From, To: o.To})
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		gs := byRes[name]
-		sort.Slice(gs, func(i, j int) bool { return gs[i].Reply.Before(gs[j].Reply) })
-		for j, b := range gs {
-			for _, a := range gs[:j] {
-				if a.Client == b.Client {
-					continue
-				}
-				from, to := b.Reply, a.End() // a.Reply <= b.Reply
-				if b.End().Before(to) {
-					to = b.End()
-				}
-				if from.Before(to) {
-					res.Overlaps = append(res.Overlaps, Overlap{A: a, B: b, From: from, To: to})
-				}
-				if laterOf(a.Sent, b.Sent).Before(earlierOf(a.End(), b.End())) {
-					res.LooseOverlaps++
-				}
-			}
-		}
+	for _, s := range v.StaleAccepted {
+		res.StaleAccepted = append(res.StaleAccepted, Stale{Grant: grants[s.Grant], Write: grants[s.Grant].Writes[s.Write]})
 	}
-
-	highest := map[string]Accepted{}
-	for _, w := range accepted {
-		h, seen := highest[w.Resource]
-		switch {
-		case !seen || w.Token > h.Token:
-			highest[w.Resource] = w
-		case w.Token < h.Token || w.Grant != h.Grant:
-			res.StaleAccepted = append(res.StaleAccepted, Stale{Write: w, Previous: h})
-		}
-	}
+	res.TokenOrder, res.LooseOverlaps = len(v.TokenOrder), v.LooseOverlaps
 	return res
+}
+
+func (res *Result) count(g *Grant) {
+	if g.FenceErr != nil {
+		res.FenceErrors++
+	}
+	if g.ReleaseErr != nil {
+		res.ReleaseErrors++
+	}
+	for _, e := range g.Extensions {
+		if e.Err != nil {
+			res.ExtendErrors++
+		} else {
+			res.Extended++
+		}
+	}
+	for _, w := range g.Writes {
+		if w.Accepted {
+			res.WritesAccepted++
+		} else {
+			res.WritesRefused++
+		}
+	}
 }
 
 // Note is an event of the fault injector, shown in the timeline.
@@ -279,18 +251,4 @@ func Timeline(origin, focus time.Time, span time.Duration, resource string, gran
 		fmt.Fprintf(&b, "  %12s %s\n", rel(l.at), l.text)
 	}
 	return b.String()
-}
-
-func laterOf(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlierOf(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

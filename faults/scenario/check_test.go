@@ -35,7 +35,7 @@ func TestCheckOverlaps(t *testing.T) {
 		grant(t0, 7, 0, "a", 300, 250, 0),  // reply after until: empty window
 		grant(t0, 8, 1, "a", 30, 130, 120), // window [30, 120]: overlaps 3 and 4
 	}
-	res := scenario.Check(grants, nil)
+	res := scenario.Check(grants)
 	assert.Equal(t, 8, res.Acquisitions)
 	type pair struct{ a, b int }
 	got := map[pair]time.Duration{}
@@ -56,21 +56,23 @@ func TestCheckOverlaps(t *testing.T) {
 }
 
 func TestCheckStale(t *testing.T) {
-	acc := func(r string, g int, tok uint64) scenario.Accepted {
-		return scenario.Accepted{Resource: r, Grant: g, Token: tok}
+	t0 := time.Now()
+	at := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	a := grant(t0, 1, 0, "a", 0, 100, 0)  // called at -1, returned at 0
+	b := grant(t0, 2, 1, "a", 50, 200, 0) // later than a
+	c := grant(t0, 3, 2, "b", 60, 200, 0) // another resource
+	a.Token, b.Token, c.Token = 2, 1, 1   // b's token is below a's: order broken
+	b.Writes = []scenario.Write{{At: at(60), Seq: 1, Accepted: true}}
+	a.Writes = []scenario.Write{
+		{At: at(70), Seq: 2, Accepted: true},                        // after the later grant's write: stale
+		{At: at(80), Seq: 3, Err: errors.New("fence: stale token")}, // refused: fine
 	}
-	res := scenario.Check(nil, []scenario.Accepted{
-		acc("a", 1, 1), acc("a", 1, 1), // one holder writing twice
-		acc("a", 2, 3),
-		acc("b", 3, 1), // another resource
-		acc("a", 4, 2), // lower than 3: stale
-		acc("a", 5, 3), // equal to 3 from another grant: stale
-		acc("a", 6, 4),
-	})
-	require.Len(t, res.StaleAccepted, 2)
-	assert.Equal(t, 4, res.StaleAccepted[0].Write.Grant)
-	assert.Equal(t, 2, res.StaleAccepted[0].Previous.Grant)
-	assert.Equal(t, 5, res.StaleAccepted[1].Write.Grant)
+	c.Writes = []scenario.Write{{At: at(65), Seq: 1, Accepted: true}}
+	res := scenario.Check([]*scenario.Grant{a, b, c})
+	require.Len(t, res.StaleAccepted, 1)
+	assert.Equal(t, 1, res.StaleAccepted[0].Grant.ID)
+	assert.Equal(t, 2, res.StaleAccepted[0].Write.Seq)
+	assert.Equal(t, 1, res.TokenOrder)
 }
 
 func TestCheckCounts(t *testing.T) {
@@ -81,7 +83,7 @@ func TestCheckCounts(t *testing.T) {
 	g.Extensions = []scenario.Extension{{Sent: t0}, {Sent: t0, Err: errors.New("lost")}, {Sent: t0}}
 	h := grant(t0, 2, 1, "a", 20, 100, 30)
 	h.FenceErr = errors.New("no fence")
-	res := scenario.Check([]*scenario.Grant{g, h}, nil)
+	res := scenario.Check([]*scenario.Grant{g, h})
 	assert.Equal(t, 1, res.WritesAccepted)
 	assert.Equal(t, 1, res.WritesRefused)
 	assert.Equal(t, 1, res.FenceErrors)

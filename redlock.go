@@ -32,6 +32,9 @@ type Client struct {
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
+
+	health    *health              // nodes that failed lately, skipped as gates
+	contended map[string]time.Time // resources refused lately (guarded by qmu)
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -52,7 +55,8 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
+	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
+		health: newHealth(len(nodes)), contended: map[string]time.Time{}}, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -191,26 +195,37 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		}
 	}()
 	var last *QuorumError
+	// The next attempt asks the gate first (see contend.go): from the start
+	// when the resource was contended lately, as other clients' waiters may
+	// be going through the gate right now.
+	gated := c.contendedLately(resource)
+	quiet := 0 // backoffs in a row that no release notification cut short
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
 		if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, lc)
+			l, err := c.try(ctx, resource, lc, gated)
 			if err == nil {
 				return l, nil
 			}
 			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
 				return nil, err // bad input, closed client, failed fencing: retrying cannot help
 			}
+			if last.Refused > 0 {
+				c.sawContention(resource)
+			}
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
-				// again at once (it may have been released while we subscribed).
+				// again at once (it may have been released while we
+				// subscribed), through the gate, as other waiters may too.
 				rw = c.watchReleases(ctx, key(c, resource))
+				gated = true
 				continue
 			}
 		}
 		// Woken by a release, or after a backoff with full jitter in case a
-		// notification was lost (a node down, a lease that simply expired).
+		// notification was lost (a node down, a lease that simply expired)
+		// or the votes split.
 		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
 		if err != nil {
 			if last == nil {
@@ -219,7 +234,23 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 			last.Cause = err
 			return nil, last
 		}
-		if woken {
+		// Another client's release wakes the waiters of every client: they
+		// go through the gate, and so does a retry after a backoff while
+		// the lock is being handed around. This client's own release wakes
+		// only its queue's head; and after two backoffs in a row without a
+		// release, the retry asks every node at once (a gate that kept a
+		// stale key cannot hold waiters back for long).
+		switch woken {
+		case wokeRemote:
+			rw.drain() // the same release, notified by the other nodes
+			gated, quiet = true, 0
+		case wokeLocal:
+			gated, quiet = false, 0
+		default:
+			quiet++
+			gated = quiet < 2
+		}
+		if woken != wokeTimer {
 			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")
 		}
 	}
@@ -234,11 +265,11 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 	}
 	if h := c.cfg.hooks.OnAcquire; h != nil {
 		start := c.cfg.clock.Now()
-		l, err := c.try(ctx, resource, lc)
+		l, err := c.try(ctx, resource, lc, false)
 		h(AcquireEvent{Resource: resource, Acquired: err == nil, Wait: c.cfg.clock.Now().Sub(start), Attempts: 1, Err: err})
 		return l, err
 	}
-	return c.try(ctx, resource, lc)
+	return c.try(ctx, resource, lc, false)
 }
 
 func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, error) {
@@ -288,8 +319,9 @@ func (c *Client) keys(resource string) (lockKey, fenceKey string) {
 	return lockKey, lockKey + ":fence"
 }
 
-// try is one acquisition attempt.
-func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+// try is one acquisition attempt; gated, it asks the gate node first (see
+// contend.go).
+func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated bool) (*Lock, error) {
 	end, err := c.begin()
 	if err != nil {
 		return nil, err
@@ -303,18 +335,30 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		return nil, err
 	}
 	start := c.cfg.clock.Now()
-	call := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler}.start(ctx, c)
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
-	// even if the caller would wait longer, and release what was taken.
+	// even if the caller would wait longer, and release what was taken. A
+	// split vote stops the wait earlier.
 	wctx, cancel := context.WithTimeout(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
-	o := call.Wait(wctx)
-	cancel()
+	defer cancel()
+	sctx, split := watchSplit(wctx)
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
+	if gated && len(c.nodes) >= 3 {
+		rd.call = c.gated(l.key, l.acquireOn)
+	}
+	call := rd.start(ctx, c)
+	o := call.Wait(sctx)
+	splitVote := !o.Decided && sctx.Err() != nil && wctx.Err() == nil
+	split.stop()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
 		c.abandonAcquire(call.Call, l)
-		qe := call.fail(ctx, resource, ErrNotAcquired, o, errLeaseOutlived)
+		undecided := errLeaseOutlived
+		if splitVote {
+			undecided = errSplitVote
+		}
+		qe := call.fail(ctx, resource, ErrNotAcquired, o, undecided)
 		if o.Success {
 			qe.Validity = validity
 		}

@@ -152,6 +152,14 @@ func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
 	return rw
 }
 
+// drain drops a pending notification.
+func (rw *releaseWatch) drain() {
+	select {
+	case <-rw.notify:
+	default:
+	}
+}
+
 // stop ends the watch.
 func (rw *releaseWatch) stop() {
 	close(rw.done)
@@ -163,9 +171,18 @@ func (rw *releaseWatch) stop() {
 	}
 }
 
+// wake says what ended a wait for a retry.
+type wake int
+
+const (
+	wokeTimer  wake = iota // the backoff ran out
+	wokeRemote             // a node notified a release (another client's, most likely)
+	wokeLocal              // a lock of this client was released
+)
+
 // waitRetry waits for a release notification from the nodes or from this
-// client (woken), the backoff timer, or ctx.
-func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (woken bool, err error) {
+// client, the backoff timer, or ctx.
+func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (wake, error) {
 	t := time.NewTimer(backoff)
 	defer t.Stop()
 	var notify <-chan struct{}
@@ -174,12 +191,12 @@ func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, bac
 	}
 	select {
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return wokeTimer, ctx.Err()
 	case <-t.C:
-		return false, nil
+		return wokeTimer, nil
 	case <-notify:
-		return true, nil
+		return wokeRemote, nil
 	case <-local:
-		return true, nil
+		return wokeLocal, nil
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,27 @@ const (
 	// maxContended bounds the resources remembered as contended.
 	maxContended = 4096
 )
+
+// staggerMax bounds the random delay before a woken waiter goes to the gate.
+const staggerMax = time.Millisecond
+
+// stagger waits before a woken waiter's gated attempt: a random delay below
+// staggerMax/(1+lost), where lost counts this Lock call's failed gated
+// attempts. Waiters of all clients are notified in the same order every time
+// (their order of subscription): without it, the first one would always win
+// the gate. Dividing by 1+lost lets waiters that lost more go sooner, an
+// approximation of first come, first served.
+func stagger(ctx context.Context, lost int) error {
+	d := mrand.N(staggerMax) / time.Duration(1+lost)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // errSplitVote is the cause of an attempt given up because the votes split:
 // a node refused and the remaining ones did not decide within the grace.

@@ -200,6 +200,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	// be going through the gate right now.
 	gated := c.contendedLately(resource)
 	quiet := 0 // backoffs in a row that no release notification cut short
+	lost := 0  // gated attempts that failed: the older the waiter, the sooner it goes
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
@@ -213,6 +214,9 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 			}
 			if last.Refused > 0 {
 				c.sawContention(resource)
+			}
+			if gated {
+				lost++
 			}
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
@@ -244,6 +248,10 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		case wokeRemote:
 			rw.drain() // the same release, notified by the other nodes
 			gated, quiet = true, 0
+			if err := stagger(ctx, lost); err != nil {
+				last.Cause = err
+				return nil, last
+			}
 		case wokeLocal:
 			gated, quiet = false, 0
 		default:

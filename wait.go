@@ -98,15 +98,23 @@ type releaseWatch struct {
 	done   chan struct{}
 }
 
-// watchReleases subscribes to key's release notifications on all nodes at once
-// and returns as soon as one node confirmed its subscription (or all failed, or
-// the node timeout passed): from then on a release is not missed.
+// watchReleases subscribes to key's release notifications and returns as soon
+// as one node confirmed its subscription (or all failed, or the node timeout
+// passed): from then on a release is not missed. With three nodes or more it
+// listens to the gate node only (see contend.go): that is where a woken waiter
+// goes first, every release is notified there once, and a waiter is not woken
+// N times per release; a gate that fails leaves waiters to their backoff, and
+// the gate then moves. Otherwise it listens to every node.
 func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
+	nodes := c.nodes
+	if len(nodes) >= 3 {
+		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
+	}
 	var watchers []node.Watcher
-	for _, nd := range c.nodes {
+	for _, nd := range nodes {
 		if w, ok := nd.(node.Watcher); ok {
 			watchers = append(watchers, w)
 		}

@@ -47,6 +47,51 @@ const (
 	maxContended = 4096
 )
 
+// pace is how a waiting Lock call makes its attempts.
+type pace struct {
+	gated bool // the next attempt asks the gate first
+	quiet int  // backoffs in a row that no release notification cut short
+	lost  int  // failed gated attempts: the older the waiter, the sooner it goes
+}
+
+// newPace starts a Lock call on resource: its first attempt goes through the
+// gate when the resource was refused lately, as other clients' waiters may be
+// going through the gate right now.
+func (c *Client) newPace(resource string) pace {
+	return pace{gated: c.contendedLately(resource)}
+}
+
+// failed records a failed attempt on resource.
+func (p *pace) failed(c *Client, resource string, qe *QuorumError) {
+	if qe.Refused > 0 {
+		c.sawContention(resource)
+	}
+	if p.gated {
+		p.lost++
+	}
+}
+
+// woken decides the next attempt after a wait that w ended. Another client's
+// release wakes the waiters of every client: they go through the gate, after
+// a stagger, and so does a retry after a backoff while the lock is being
+// handed around. This client's own release wakes only its queue's head, which
+// asks every node; so does a retry after two backoffs in a row without a
+// release (a gate that kept a stale key cannot hold waiters back for long).
+func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
+	switch w {
+	case wokeRemote:
+		rw.drain() // the same release, notified twice
+		p.gated, p.quiet = true, 0
+		return stagger(ctx, p.lost)
+	case wokeLocal:
+		p.gated, p.quiet = false, 0
+	default:
+		p.quiet++
+		p.gated = p.quiet < 2
+	}
+	return nil
+}
+
 // staggerMax bounds the random delay before a woken waiter goes to the gate.
 const staggerMax = time.Millisecond
 

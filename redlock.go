@@ -195,35 +195,25 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		}
 	}()
 	var last *QuorumError
-	// The next attempt asks the gate first (see contend.go): from the start
-	// when the resource was contended lately, as other clients' waiters may
-	// be going through the gate right now.
-	gated := c.contendedLately(resource)
-	quiet := 0 // backoffs in a row that no release notification cut short
-	lost := 0  // gated attempts that failed: the older the waiter, the sooner it goes
+	p := c.newPace(resource)
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
 		if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, lc, gated)
+			l, err := c.try(ctx, resource, lc, p.gated)
 			if err == nil {
 				return l, nil
 			}
 			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
 				return nil, err // bad input, closed client, failed fencing: retrying cannot help
 			}
-			if last.Refused > 0 {
-				c.sawContention(resource)
-			}
-			if gated {
-				lost++
-			}
+			p.failed(c, resource, last)
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we
 				// subscribed), through the gate, as other waiters may too.
 				rw = c.watchReleases(ctx, key(c, resource))
-				gated = true
+				p.gated = true
 				continue
 			}
 		}
@@ -231,32 +221,15 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
 		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
+		if err == nil {
+			err = p.woken(ctx, woken, rw)
+		}
 		if err != nil {
 			if last == nil {
 				return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 			}
 			last.Cause = err
 			return nil, last
-		}
-		// Another client's release wakes the waiters of every client: they
-		// go through the gate, and so does a retry after a backoff while
-		// the lock is being handed around. This client's own release wakes
-		// only its queue's head; and after two backoffs in a row without a
-		// release, the retry asks every node at once (a gate that kept a
-		// stale key cannot hold waiters back for long).
-		switch woken {
-		case wokeRemote:
-			rw.drain() // the same release, notified by the other nodes
-			gated, quiet = true, 0
-			if err := stagger(ctx, lost); err != nil {
-				last.Cause = err
-				return nil, last
-			}
-		case wokeLocal:
-			gated, quiet = false, 0
-		default:
-			quiet++
-			gated = quiet < 2
 		}
 		if woken != wokeTimer {
 			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")

@@ -1,0 +1,89 @@
+package node
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+//go:embed fairacquire.lua
+var fairAcquireSrc string
+
+//go:embed fairleave.lua
+var fairLeaveSrc string
+
+var (
+	fairAcquireScript = newScript(4, fairAcquireSrc)
+	fairLeaveScript   = newScript(2, fairLeaveSrc)
+)
+
+// Waiter is a place in a lock key's waiters' queue (fair mode).
+type Waiter struct {
+	// ID names the waiter: random, unique.
+	ID string
+	// Ticket orders the waiters: lower first, ties by ID. The waiter chooses
+	// it and sends the same to every node, so that all nodes agree on the
+	// order.
+	Ticket int64
+	// Lease is how long the node keeps the waiter queued without hearing from
+	// it: a waiter that crashed blocks the queue for at most that long.
+	Lease time.Duration
+}
+
+// Queuer is a Node with a cross-client first-come-first-served waiters' queue
+// per lock key, kept on the node beside the key (in its hash slot).
+type Queuer interface {
+	// AcquireFair queues w (or renews its lease), drops waiters whose lease
+	// ran out, and takes the lock as Acquire does only if w is at the head of
+	// the queue.
+	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
+	// LeaveQueue removes the waiter id from key's queue.
+	LeaveQueue(ctx context.Context, key, id string) error
+}
+
+var _ Queuer = (*Redis)(nil)
+
+// QueueKeys returns the keys of key's waiters' queue and of its waiters'
+// leases.
+func QueueKeys(key string) (queue, leases string) { return key + ":q", key + ":qx" }
+
+// AcquireFair implements Queuer.
+func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
+	if r.quarantine != nil {
+		if err := r.quarantine.refusal(); err != nil {
+			return Acquired{}, err
+		}
+	}
+	q, qx := QueueKeys(key)
+	lease := max(w.Lease.Milliseconds(), 1)
+	reply, err := r.eval(ctx, fairAcquireScript, key, fenceKey, q, qx, token, ttl.Milliseconds(), w.ID, w.Ticket, lease)
+	if err != nil {
+		return Acquired{}, err
+	}
+	vals, err := redis.Values(reply, nil)
+	if err != nil || len(vals) != 3 {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	ok, err1 := redis.Int64(vals[0], nil)
+	fs, err2 := redis.String(vals[1], nil)
+	present, err3 := redis.Int64(vals[2], nil)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	f, err := strconv.ParseUint(fs, 10, 64)
+	if err != nil {
+		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
+	}
+	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+}
+
+// LeaveQueue implements Queuer.
+func (r *Redis) LeaveQueue(ctx context.Context, key, id string) error {
+	q, qx := QueueKeys(key)
+	_, err := r.flag(ctx, fairLeaveScript, q, qx, id)
+	return err
+}

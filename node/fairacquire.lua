@@ -1,0 +1,31 @@
+-- Fair acquire: take the lock only for the head of the waiters' queue.
+-- KEYS[1] lock key, KEYS[2] fence counter key, KEYS[3] queue (sorted set:
+-- waiter -> ticket), KEYS[4] waiters' leases (sorted set: waiter -> deadline in
+-- ms of the node's clock); all in the lock key's hash slot.
+-- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] waiter id, ARGV[4] ticket
+-- (chosen by the waiter, the same on every node, so that every node orders the
+-- waiters alike), ARGV[5] lease in ms.
+-- Waiters whose lease ran out (they crashed, or gave up without leaving) are
+-- dropped first; the caller is (re)queued with its ticket and its lease
+-- renewed; the SET NX is tried only if the caller is at the head.
+-- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
+-- as acquire.lua does.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[3], w)
+  redis.call('ZREM', KEYS[4], w)
+end
+local lease = tonumber(ARGV[5])
+redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
+redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
+redis.call('PEXPIRE', KEYS[3], 2 * lease)
+redis.call('PEXPIRE', KEYS[4], 2 * lease)
+local f = redis.call('GET', KEYS[2])
+local present = 1
+if not f then f = '0'; present = 0 end
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+if head[1] ~= ARGV[3] then return {0, f, present} end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, f, present} end
+return {0, f, present}

@@ -49,6 +49,7 @@ const (
 
 // pace is how a waiting Lock call makes its attempts.
 type pace struct {
+	fair  bool // fair mode: the nodes' queues order the waiters, no gate
 	gated bool // the next attempt asks the gate first
 	quiet int  // backoffs in a row that no release notification cut short
 	lost  int  // failed gated attempts: the older the waiter, the sooner it goes
@@ -58,6 +59,9 @@ type pace struct {
 // gate when the resource was refused lately, as other clients' waiters may be
 // going through the gate right now.
 func (c *Client) newPace(resource string) pace {
+	if c.cfg.fair {
+		return pace{fair: true}
+	}
 	return pace{gated: c.contendedLately(resource)}
 }
 
@@ -78,6 +82,12 @@ func (p *pace) failed(c *Client, resource string, qe *QuorumError) {
 // asks every node; so does a retry after two backoffs in a row without a
 // release (a gate that kept a stale key cannot hold waiters back for long).
 func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
+	if p.fair {
+		if w == wokeRemote {
+			rw.drain()
+		}
+		return nil
+	}
 	switch w {
 	case wokeRemote:
 		rw.drain() // the same release, notified twice

@@ -54,6 +54,20 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 	return a, a.OK, err
 }
 
+// acquireFairOn is the acquisition's call on one node in fair mode: through
+// the node's waiters' queue, where the node has one.
+func (l *Lock) acquireFairOn(w node.Waiter) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
+	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+		q, ok := n.(node.Queuer)
+		if !ok {
+			return l.acquireOn(ctx, i, n)
+		}
+		a, err := q.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
+		l.c.health.observe(i, err, l.c.cfg.clock.Now())
+		return a, a.OK, err
+	}
+}
+
 // undoStraggler releases the lock on node i, where the acquisition landed (or
 // may have) after it was given up. Once the holder released the lock, the
 // release notifies waiters, who may be listening only on that node; before (an

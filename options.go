@@ -41,6 +41,7 @@ type config struct {
 	clock       clock.Clock
 	nodeOpts    []node.Option
 	hooks       Hooks
+	fair        bool
 }
 
 func defaultConfig() config {
@@ -107,7 +108,8 @@ func (f holdOptionFunc) applyHold(h *holdConfig) error              { return f(h
 func (f holdOptionFunc) applyDo(_ *lockConfig, h *holdConfig) error { return f(h) }
 
 type lockConfig struct {
-	attempts *int // counts attempts for hooks, when set
+	attempts *int         // counts attempts for hooks, when set
+	waiter   *node.Waiter // the place in the nodes' waiters' queues (WithFair)
 	fence    bool
 	ttl      time.Duration
 	retryMin time.Duration
@@ -198,6 +200,16 @@ func WithClock(cl clock.Clock) Option {
 // WithNodeOptions passes options to the nodes that Dial creates.
 func WithNodeOptions(opts ...node.Option) Option {
 	return optionFunc(func(c *config) error { c.nodeOpts = append(c.nodeOpts, opts...); return nil })
+}
+
+// WithFair makes the client's acquisitions first come, first served across
+// clients: each Lock call takes a ticket (its wall-clock time) and waits in a
+// queue kept on every node beside the lock key, and a node grants the lock
+// only to the head of its queue. All clients of a resource must use it for
+// the order to hold. It is a liveness property, not a safety one: see
+// docs/safety.md ("Fair mode") for what it costs and how it fails.
+func WithFair() Option {
+	return optionFunc(func(c *config) error { c.fair = true; return nil })
 }
 
 // WithLockTTL overrides the client's TTL for one lock.

@@ -181,6 +181,10 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 }
 
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+	if c.cfg.fair {
+		lc.waiter = c.newWaiter(lc)
+		defer c.leaveQueue(key(c, resource), lc.waiter.ID)
+	}
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
 	local, leave, err := c.enterQueue(ctx, resource)
@@ -213,7 +217,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 				// again at once (it may have been released while we
 				// subscribed), through the gate, as other waiters may too.
 				rw = c.watchReleases(ctx, key(c, resource))
-				p.gated = true
+				p.gated = !p.fair
 				continue
 			}
 		}
@@ -246,9 +250,18 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 	}
 	if h := c.cfg.hooks.OnAcquire; h != nil {
 		start := c.cfg.clock.Now()
-		l, err := c.try(ctx, resource, lc, false)
+		l, err := c.tryOnce(ctx, resource, lc)
 		h(AcquireEvent{Resource: resource, Acquired: err == nil, Wait: c.cfg.clock.Now().Sub(start), Attempts: 1, Err: err})
 		return l, err
+	}
+	return c.tryOnce(ctx, resource, lc)
+}
+
+// tryOnce is TryLock's attempt; in fair mode it queues for that attempt only.
+func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+	if c.cfg.fair {
+		lc.waiter = c.newWaiter(lc)
+		defer c.leaveQueue(key(c, resource), lc.waiter.ID)
 	}
 	return c.try(ctx, resource, lc, false)
 }
@@ -323,7 +336,10 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	defer cancel()
 	sctx, split := watchSplit(wctx)
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
-	if gated && len(c.nodes) >= 3 {
+	switch {
+	case lc.waiter != nil:
+		rd.call = l.acquireFairOn(*lc.waiter)
+	case gated && len(c.nodes) >= 3:
 		rd.call = c.gated(l.key, l.acquireOn)
 	}
 	call := rd.start(ctx, c)

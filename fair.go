@@ -1,0 +1,58 @@
+package redlock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redlock-go/redlock/node"
+)
+
+// Fair mode (WithFair): each Lock call is a waiter with a ticket, its
+// wall-clock time when Lock was called, queued on every node beside the lock
+// key (node.Queuer). A node grants the lock only to the head of its queue, so
+// that all nodes, ordering waiters by the same tickets, grant it to the same
+// waiter: no split votes and no barging. A waiter renews its place with every
+// attempt and leaves the queues when Lock returns; one that crashed is dropped
+// once its lease (fairLease) runs out.
+
+// fairLeaseMin is the least time a node keeps a silent waiter queued.
+const fairLeaseMin = 2 * time.Second
+
+// fairLease is how long the nodes keep a waiter queued without hearing from
+// it: longer than two of its longest backoffs, since it renews its place with
+// every attempt.
+func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
+
+// newWaiter returns a fresh place in the queues, ticketed now.
+func (c *Client) newWaiter(lc lockConfig) *node.Waiter {
+	id, err := newToken()
+	if err != nil {
+		id = Digest(time.Now().String()) // crypto/rand failed: uniqueness is all that matters here
+	}
+	return &node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}
+}
+
+// leaveQueue removes waiter id from key's queue on every node, in the
+// background (a waiter that cannot be removed is dropped when its lease runs
+// out).
+func (c *Client) leaveQueue(key, id string) {
+	end, err := c.begin()
+	if err != nil {
+		return
+	}
+	defer end()
+	for _, n := range c.nodes {
+		q, ok := n.(node.Queuer)
+		if !ok {
+			continue
+		}
+		c.spawn(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+			defer cancel()
+			if err := q.LeaveQueue(ctx, key, id); err != nil {
+				c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", n.Name(), "err", err)
+			}
+		})
+	}
+}

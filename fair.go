@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
 )
 
 // Fair mode (WithFair): each Lock call is a waiter with a ticket, its
@@ -13,8 +14,9 @@ import (
 // key (node.Queuer). A node grants the lock only to the head of its queue, so
 // that all nodes, ordering waiters by the same tickets, grant it to the same
 // waiter: no split votes and no barging. A waiter renews its place with every
-// attempt and leaves the queues when Lock returns; one that crashed is dropped
-// once its lease (fairLease) runs out.
+// attempt; it leaves the queue of a node that grants it the lock, and the
+// other queues when Lock returns; one that crashed is dropped once its lease
+// (fairLease) runs out.
 
 // fairLeaseMin is the least time a node keeps a silent waiter queued.
 const fairLeaseMin = 2 * time.Second
@@ -35,16 +37,21 @@ func (c *Client) newWaiter(lc lockConfig) *node.Waiter {
 
 // leaveQueue removes waiter id from key's queue on every node, in the
 // background (a waiter that cannot be removed is dropped when its lease runs
-// out).
-func (c *Client) leaveQueue(key, id string) {
+// out); granted is the lock the waiter got, if it did: the nodes that granted
+// it have dequeued it already.
+func (c *Client) leaveQueue(key, id string, granted *Lock) {
 	end, err := c.begin()
 	if err != nil {
 		return
 	}
 	defer end()
-	for _, n := range c.nodes {
+	var replies []quorum.Reply[node.Acquired]
+	if granted != nil {
+		replies = granted.acquire.Replies()
+	}
+	for i, n := range c.nodes {
 		q, ok := n.(node.Queuer)
-		if !ok {
+		if !ok || (replies != nil && replies[i].Yes()) {
 			continue
 		}
 		c.spawn(func() {

@@ -65,13 +65,17 @@ func TestFairCrashedWaiter(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	const key, fence = "redlock:{crash}", "redlock:{crash}:fence"
 	ghost := node.Waiter{ID: "ghost", Ticket: 1, Lease: 300 * time.Millisecond}
-	for _, s := range servers { // queued first, took the lock, released it, never left
+	holder := node.Waiter{ID: "holder", Ticket: 0, Lease: time.Minute}
+	for _, s := range servers { // the ghost queued while the lock was held, and never came back
 		n, err := node.Dial(s.URL())
 		require.NoError(t, err)
-		a, err := n.AcquireFair(ctx, key, fence, "ghost-token", time.Minute, ghost)
+		a, err := n.AcquireFair(ctx, key, fence, "holder-token", time.Minute, holder)
 		require.NoError(t, err)
 		require.True(t, a.OK)
-		_, err = n.Release(ctx, key, "ghost-token", false)
+		a, err = n.AcquireFair(ctx, key, fence, "ghost-token", time.Minute, ghost)
+		require.NoError(t, err)
+		require.False(t, a.OK)
+		_, err = n.Release(ctx, key, "holder-token", false)
 		require.NoError(t, err)
 		require.NoError(t, n.Close())
 	}

@@ -181,10 +181,17 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 }
 
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	if c.cfg.fair {
-		lc.waiter = c.newWaiter(lc)
-		defer c.leaveQueue(key(c, resource), lc.waiter.ID)
+	if !c.cfg.fair {
+		return c.lockWait(ctx, resource, lc)
 	}
+	lc.waiter = c.newWaiter(lc)
+	l, err := c.lockWait(ctx, resource, lc)
+	c.leaveQueue(key(c, resource), lc.waiter.ID, l)
+	return l, err
+}
+
+// lockWait makes attempts until one succeeds or ctx ends.
+func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
 	local, leave, err := c.enterQueue(ctx, resource)
@@ -259,11 +266,13 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 
 // tryOnce is TryLock's attempt; in fair mode it queues for that attempt only.
 func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	if c.cfg.fair {
-		lc.waiter = c.newWaiter(lc)
-		defer c.leaveQueue(key(c, resource), lc.waiter.ID)
+	if !c.cfg.fair {
+		return c.try(ctx, resource, lc, false)
 	}
-	return c.try(ctx, resource, lc, false)
+	lc.waiter = c.newWaiter(lc)
+	l, err := c.try(ctx, resource, lc, false)
+	c.leaveQueue(key(c, resource), lc.waiter.ID, l)
+	return l, err
 }
 
 func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, error) {

@@ -31,9 +31,12 @@ const RedsyncReadTimeout = time.Second
 
 // Library names, as they appear in the report.
 const (
-	LibRedlock   = "redlock"
-	LibRedsync   = "go-redsync"
-	LibRedislock = "bsm/redislock"
+	LibRedlock = "redlock"
+	// LibRedlockFair is this library with WithFair (cross-client first come,
+	// first served).
+	LibRedlockFair = "redlock (fair)"
+	LibRedsync     = "go-redsync"
+	LibRedislock   = "bsm/redislock"
 )
 
 // Held is a lock that a Locker acquired.
@@ -59,6 +62,8 @@ func NewLocker(lib string, addrs []string) (Locker, error) {
 	switch lib {
 	case LibRedlock:
 		return NewRedlock(addrs)
+	case LibRedlockFair:
+		return NewRedlock(addrs, redlock.WithFair())
 	case LibRedsync:
 		return NewRedsync(addrs), nil
 	case LibRedislock:
@@ -73,25 +78,30 @@ func NewLocker(lib string, addrs []string) (Locker, error) {
 // RedlockLocker is this library, with its defaults (node timeout 500ms, backoff
 // 4–250ms with full jitter) and a TTL of TTL.
 type RedlockLocker struct {
-	C *redlock.Client
-	n int
+	C   *redlock.Client
+	n   int
+	lib string
 }
 
-// NewRedlock dials this library's client over addrs.
-func NewRedlock(addrs []string) (*RedlockLocker, error) {
+// NewRedlock dials this library's client over addrs, with opts added.
+func NewRedlock(addrs []string, opts ...redlock.Option) (*RedlockLocker, error) {
 	urls := make([]string, len(addrs))
 	for i, a := range addrs {
 		urls[i] = "redis://" + a
 	}
-	c, err := redlock.Dial(urls, redlock.WithTTL(TTL))
+	c, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithTTL(TTL)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	return &RedlockLocker{C: c, n: len(addrs)}, nil
+	lib := LibRedlock
+	if len(opts) > 0 {
+		lib = LibRedlockFair
+	}
+	return &RedlockLocker{C: c, n: len(addrs), lib: lib}, nil
 }
 
 // Lib implements Locker.
-func (l *RedlockLocker) Lib() string { return LibRedlock }
+func (l *RedlockLocker) Lib() string { return l.lib }
 
 // N implements Locker.
 func (l *RedlockLocker) N() int { return l.n }

@@ -27,34 +27,51 @@ func TestFairQueue(t *testing.T) {
 	early := node.Waiter{ID: "early", Ticket: 100, Lease: time.Minute}
 	crashed := node.Waiter{ID: "crashed", Ticket: 50, Lease: 50 * time.Millisecond}
 
+	q, qx := node.QueueKeys(key)
+	queued := func() []string {
+		members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
+		require.NoError(t, err)
+		return members
+	}
 	a, err := n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
 	require.NoError(t, err)
 	require.True(t, a.OK, "alone in the queue: its turn")
-	require.NoError(t, n.LeaveQueue(ctx, key, late.ID))
+	assert.Empty(t, queued(), "a granted waiter leaves the queue")
 	_, err = n.Release(ctx, key, "t-late", false)
 	require.NoError(t, err)
 
-	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-	require.NoError(t, err)
-	require.True(t, a.OK)
-	_, err = n.Release(ctx, key, "t-late", false)
-	require.NoError(t, err)
+	// early and late both queued, late first: early has the lower ticket.
 	a, err = n.AcquireFair(ctx, key, fence, "t-early", time.Minute, early)
 	require.NoError(t, err)
-	require.True(t, a.OK, "lower ticket: ahead of late, though it came after")
+	require.True(t, a.OK)
+	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
+	require.NoError(t, err)
+	require.False(t, a.OK, "held")
+	a, err = n.AcquireFair(ctx, key, fence, "t-early2", time.Minute, early)
+	require.NoError(t, err)
+	require.False(t, a.OK, "held")
 	_, err = n.Release(ctx, key, "t-early", false)
 	require.NoError(t, err)
 	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
 	require.NoError(t, err)
-	require.False(t, a.OK, "early is still queued ahead")
+	require.False(t, a.OK, "early is queued ahead, though it came after")
 	require.NoError(t, n.LeaveQueue(ctx, key, early.ID))
+	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
+	require.NoError(t, err)
+	require.True(t, a.OK, "early left")
+	_, err = n.Release(ctx, key, "t-late", false)
+	require.NoError(t, err)
 
-	a, err = n.AcquireFair(ctx, key, fence, "t-crashed", time.Minute, crashed)
+	// crashed queues (the lock is held), then never comes back: once the lock
+	// is free, late waits until crashed's lease runs out.
+	a, err = n.AcquireFair(ctx, key, fence, "t-early", time.Minute, early)
 	require.NoError(t, err)
 	require.True(t, a.OK)
-	_, err = n.Release(ctx, key, "t-crashed", false)
+	a, err = n.AcquireFair(ctx, key, fence, "t-crashed", time.Minute, crashed)
 	require.NoError(t, err)
-	// crashed never comes back: late waits until its lease runs out.
+	require.False(t, a.OK)
+	_, err = n.Release(ctx, key, "t-early", false)
+	require.NoError(t, err)
 	for {
 		a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
 		require.NoError(t, err)
@@ -67,10 +84,7 @@ func TestFairQueue(t *testing.T) {
 		case <-time.After(10 * time.Millisecond): // polling, as a waiter does
 		}
 	}
-	q, qx := node.QueueKeys(key)
-	members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
-	require.NoError(t, err)
-	assert.Equal(t, []string{"late"}, members)
+	assert.Empty(t, queued())
 	require.NoError(t, n.LeaveQueue(ctx, key, late.ID))
 	ttl, err := redis.Int64(s.Do("PTTL", qx))
 	require.NoError(t, err)

@@ -7,7 +7,8 @@
 -- waiters alike), ARGV[5] lease in ms.
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
 -- dropped first; the caller is (re)queued with its ticket and its lease
--- renewed; the SET NX is tried only if the caller is at the head.
+-- renewed; the SET NX is tried only if the caller is at the head, which leaves
+-- the queue when it succeeds.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does.
 local t = redis.call('TIME')
@@ -27,5 +28,12 @@ local present = 1
 if not f then f = '0'; present = 0 end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if head[1] ~= ARGV[3] then return {0, f, present} end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, f, present} end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- Its turn is used: the next waiter is at the head as soon as the lock is
+  -- released. Should the grant fail elsewhere, the waiter is queued again with
+  -- the same ticket, in the same place.
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  return {1, f, present}
+end
 return {0, f, present}

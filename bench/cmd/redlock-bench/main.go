@@ -77,7 +77,7 @@ func main() {
 	flag.IntVar(&f.clients, "clients", 8, "separate clients of the separate-clients scenarios")
 	flag.DurationVar(&f.clientsDuration, "clients-duration", 3*time.Second, "time of each separate-clients run")
 	flag.DurationVar(&f.clientsHold, "clients-hold", 0, "how long a separate client holds the lock")
-	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all): sequential,throughput,contended,clients,clients-paused,paused,killed")
+	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed")
 	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
@@ -144,7 +144,7 @@ func run(f flags) error {
 		name string
 		run  func() error
 	}{{"sequential", r.sequential}, {"throughput", r.throughput}, {"contended", r.contended}, {"clients", r.clients},
-		{"clients-paused", r.clientsPaused}, {"paused", r.paused}, {"killed", r.killed}}
+		{"clients-fair", r.clientsFair}, {"clients-paused", r.clientsPaused}, {"paused", r.paused}, {"killed", r.killed}}
 	for _, p := range phases {
 		if f.phases != "" && !slices.Contains(strings.Split(f.phases, ","), p.name) {
 			continue
@@ -322,6 +322,27 @@ func (r *runner) clients() error {
 	return r.interleaved(r.f.clients, func(ls []bench.Locker) bench.Result {
 		return bench.ContendedClients(r.ctx, bench.ScenarioClients, ls, r.clientsConfig(ls[0]))
 	})
+}
+
+// clientsFair runs f.clients separate redlock clients with WithFair on one
+// key at N=1, 3, 5, in f.rounds rounds.
+func (r *runner) clientsFair() error {
+	parts := map[int][]bench.Result{}
+	for round := 0; round < r.f.rounds; round++ {
+		for _, n := range []int{1, 3, 5} {
+			res, err := r.once(bench.LibRedlockFair, n, r.f.clients, func(ls []bench.Locker) bench.Result {
+				return bench.ContendedClients(r.ctx, bench.ScenarioClients, ls, r.clientsConfig(ls[0]))
+			})
+			if err != nil {
+				return err
+			}
+			parts[n] = append(parts[n], res)
+		}
+	}
+	for _, n := range []int{1, 3, 5} {
+		r.add(bench.Merge(parts[n]...))
+	}
+	return nil
 }
 
 // clientsPaused runs separate redlock clients at N=3 in rounds of: healthy,
@@ -604,6 +625,7 @@ func settings(f flags) []string {
 			"each calls Lock, holds the lock %v, releases it and waits until another client has taken it, as in `contended`. "+
 			"cmds/op is the servers' total_commands_processed delta (INFO stats, script internals included, INFO itself excluded), summed over the N nodes, per acquisition.",
 			bench.ScenarioClients, f.clients, f.clientsDuration, f.clientsHold),
+		fmt.Sprintf("**%s**: the same separate-clients scenario with `redlock.WithFair()` (fresh clients for every round, %d rounds).", bench.LibRedlockFair, f.rounds),
 		fmt.Sprintf("`%s` and `%s`: %d separate redlock clients at N=3 as above, in %d rounds of: a healthy run, node 3 paused with SIGSTOP, a paused run, resume (fresh clients for every run).",
 			bench.ScenarioClientsHealthy, bench.ScenarioClientsPaused, f.clients, f.rounds),
 		fmt.Sprintf("`1 of 5 paused`: node 5 stopped with SIGSTOP (the kernel still accepts its connections, nothing answers), then a sequential run at N=5 on fresh clients. "+

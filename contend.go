@@ -53,6 +53,20 @@ type pace struct {
 	gated bool // the next attempt asks the gate first
 	quiet int  // backoffs in a row that no release notification cut short
 	lost  int  // failed gated attempts: the older the waiter, the sooner it goes
+	soon  bool // fair mode: the last attempt was granted by some nodes only
+}
+
+// fairRetry is how soon a fair waiter whose attempt some nodes granted tries
+// again: the others were most likely still receiving the previous holder's
+// release, and the releases that would wake it have been sent already.
+const fairRetry = time.Millisecond
+
+// backoff is the wait before the retry after attempt.
+func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
+	if p.soon {
+		return mrand.N(fairRetry) + 1
+	}
+	return backoff(lc.retryMin, lc.retryMax, attempt)
 }
 
 // newPace starts a Lock call on resource: its first attempt goes through the
@@ -67,6 +81,7 @@ func (c *Client) newPace(resource string) pace {
 
 // failed records a failed attempt on resource.
 func (p *pace) failed(c *Client, resource string, qe *QuorumError) {
+	p.soon = p.fair && qe.Agreed > 0
 	if qe.Refused > 0 {
 		c.sawContention(resource)
 	}

@@ -26,6 +26,15 @@ const fairLeaseMin = 2 * time.Second
 // every attempt.
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
+// releaseOn releases key on n; with notify in fair mode, through the node's
+// queue, so that only the head waiter is woken.
+func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token string, notify bool) (bool, error) {
+	if q, ok := n.(node.Queuer); ok && notify && c.cfg.fair {
+		return q.ReleaseFair(ctx, key, token)
+	}
+	return n.Release(ctx, key, token, notify)
+}
+
 // newWaiter returns a fresh place in the queues, ticketed now.
 func (c *Client) newWaiter(lc lockConfig) *node.Waiter {
 	id, err := newToken()

@@ -241,7 +241,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-		ok, err := n.Release(ctx, l.key, l.token, true)
+		ok, err := c.releaseOn(ctx, n, l.key, l.token, true)
 		return struct{}{}, ok, err
 	}}.start(ctx, c)
 	o := call.Wait(ctx)

@@ -223,7 +223,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we
 				// subscribed), through the gate, as other waiters may too.
-				rw = c.watchReleases(ctx, key(c, resource))
+				rw = c.watchReleases(ctx, key(c, resource), lc.waiter)
 				p.gated = !p.fair
 				continue
 			}
@@ -231,7 +231,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 		// Woken by a release, or after a backoff with full jitter in case a
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
-		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
+		woken, err := waitRetry(ctx, rw, local, p.backoff(lc, attempt))
 		if err == nil {
 			err = p.woken(ctx, woken, rw)
 		}
@@ -408,7 +408,7 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 func (c *Client) releaseDetached(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.nodes[i].Release(ctx, key, token, notify); err != nil {
+	if _, err := c.releaseOn(ctx, c.nodes[i], key, token, notify); err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

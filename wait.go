@@ -105,13 +105,20 @@ type releaseWatch struct {
 // goes first, every release is notified there once, and a waiter is not woken
 // N times per release; a gate that fails leaves waiters to their backoff, and
 // the gate then moves. Otherwise it listens to every node.
-func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
+//
+// In fair mode (w not nil) it listens on w's own channel: a release wakes the
+// head of the queue only.
+func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
 	nodes := c.nodes
 	if len(nodes) >= 3 {
 		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
+	}
+	channel := key
+	if w != nil {
+		channel = node.WaiterChannel(key, w.ID)
 	}
 	var watchers []node.Watcher
 	for _, nd := range nodes {
@@ -124,7 +131,7 @@ func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
 		rw.wg.Add(1)
 		go func() {
 			defer rw.wg.Done()
-			ch, stop, err := w.Watch(ctx, key)
+			ch, stop, err := w.Watch(ctx, channel)
 			if stop != nil {
 				rw.mu.Lock()
 				rw.stops = append(rw.stops, stop)

@@ -16,9 +16,13 @@ var fairAcquireSrc string
 //go:embed fairleave.lua
 var fairLeaveSrc string
 
+//go:embed fairrelease.lua
+var fairReleaseSrc string
+
 var (
 	fairAcquireScript = newScript(4, fairAcquireSrc)
 	fairLeaveScript   = newScript(2, fairLeaveSrc)
+	fairReleaseScript = newScript(3, fairReleaseSrc)
 )
 
 // Waiter is a place in a lock key's waiters' queue (fair mode).
@@ -44,7 +48,16 @@ type Queuer interface {
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
 	// LeaveQueue removes the waiter id from key's queue.
 	LeaveQueue(ctx context.Context, key, id string) error
+	// ReleaseFair deletes key if it still holds token, as Release does, and
+	// reports whether it did; when key is free afterwards it wakes the head
+	// of the queue only, on its channel (WaiterChannel), or the key's
+	// watchers when nobody is queued.
+	ReleaseFair(ctx context.Context, key, token string) (bool, error)
 }
+
+// WaiterChannel is the channel on which the waiter id is told that key was
+// released while it was at the head of the queue: Watch it like a key.
+func WaiterChannel(key, id string) string { return key + ":w:" + id }
 
 var _ Queuer = (*Redis)(nil)
 
@@ -80,6 +93,12 @@ func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, tt
 		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
 	}
 	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+}
+
+// ReleaseFair implements Queuer.
+func (r *Redis) ReleaseFair(ctx context.Context, key, token string) (bool, error) {
+	q, qx := QueueKeys(key)
+	return r.flag(ctx, fairReleaseScript, key, q, qx, token)
 }
 
 // LeaveQueue implements Queuer.

@@ -90,3 +90,61 @@ func TestFairQueue(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, ttl, int64(-2), "empty queues are gone")
 }
+
+// A fair release wakes the head of the queue only, on its own channel; with
+// nobody queued, the key's watchers.
+func TestFairReleaseWakesTheHead(t *testing.T) {
+	s := redistest.Start(t)
+	n, err := node.Dial(s.URL())
+	require.NoError(t, err)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const key, fence = "redlock:{h}", "redlock:{h}:fence"
+
+	sub, err := s.Dial()
+	require.NoError(t, err)
+	defer sub.Close()
+	psc := redis.PubSubConn{Conn: sub}
+	require.NoError(t, psc.PSubscribe("redlock:{h}*"))
+	_, ok := psc.Receive().(redis.Subscription)
+	require.True(t, ok)
+	published := func() []string { // channels published until a marker
+		_, err := s.Do("PUBLISH", "redlock:{h}:marker", "x")
+		require.NoError(t, err)
+		var got []string
+		for {
+			m, ok := psc.Receive().(redis.Message)
+			require.True(t, ok)
+			if m.Channel == "redlock:{h}:marker" {
+				return got
+			}
+			got = append(got, m.Channel)
+		}
+	}
+
+	holder := node.Waiter{ID: "holder", Ticket: 1, Lease: time.Minute}
+	a, err := n.AcquireFair(ctx, key, fence, "t-holder", time.Minute, holder)
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	for i, id := range []string{"c", "b"} { // b has the lower ticket
+		a, err = n.AcquireFair(ctx, key, fence, "t-"+id, time.Minute, node.Waiter{ID: id, Ticket: int64(30 - 10*i), Lease: time.Minute})
+		require.NoError(t, err)
+		require.False(t, a.OK)
+	}
+	ok, err = n.ReleaseFair(ctx, key, "t-other")
+	require.NoError(t, err)
+	assert.False(t, ok, "not the owner")
+	assert.Empty(t, published(), "nothing released, nobody woken")
+	ok, err = n.ReleaseFair(ctx, key, "t-holder")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published())
+
+	require.NoError(t, n.LeaveQueue(ctx, key, "b"))
+	require.NoError(t, n.LeaveQueue(ctx, key, "c"))
+	ok, err = n.ReleaseFair(ctx, key, "t-holder")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	assert.Equal(t, []string{key}, published(), "the key is free and nobody is queued")
+}

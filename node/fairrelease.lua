@@ -1,0 +1,29 @@
+-- Fair release: delete the lock key only if it still holds our owner token, and
+-- wake the waiter at the head of the queue only (see fairacquire.lua).
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters' leases; ARGV[1] owner token.
+-- Returns 1 if deleted, 0 otherwise.
+-- When the key is free afterwards, waiters whose lease ran out are dropped and
+-- the head is told on its own channel (lock key .. ':w:' .. waiter id); with
+-- nobody queued, on the lock key's channel, as release.lua does.
+local held = redis.call('GET', KEYS[1])
+local deleted = 0
+if held == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  deleted = 1
+elseif held then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
+for _, w in ipairs(dead) do
+  redis.call('ZREM', KEYS[2], w)
+  redis.call('ZREM', KEYS[3], w)
+end
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+if head[1] then
+  redis.call('PUBLISH', KEYS[1] .. ':w:' .. head[1], 'released')
+else
+  redis.call('PUBLISH', KEYS[1], 'released')
+end
+return deleted

@@ -84,6 +84,13 @@ func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
 	select {
 	case r := <-req.reply:
 		return r.v, r.err
+	case <-mc.done: // the connection died: its error, unless the reply came first
+		select {
+		case r := <-req.reply:
+			return r.v, r.err
+		default:
+			return nil, mc.err
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -173,7 +180,14 @@ func (mc *muxConn) write() {
 }
 
 func (mc *muxConn) read(health time.Duration) {
+	var cur *muxReq // the command whose reply is being read
 	defer func() {
+		if p := recover(); p != nil { // a reply the parser could not take
+			mc.fail(fmt.Errorf("node: receive: reading a reply panicked: %v (%w)", p, ErrMalformedReply))
+			if cur != nil {
+				cur.reply <- muxResult{err: mc.err}
+			}
+		}
 		// Fail whatever is still waiting.
 		for {
 			select {
@@ -191,7 +205,9 @@ func (mc *muxConn) read(health time.Duration) {
 		case <-mc.done:
 			return
 		}
+		cur = req
 		v, err := redis.ReceiveWithTimeout(mc.c, health)
+		cur = nil
 		mc.inflight.Add(-1)
 		if err != nil {
 			if _, ok := err.(redis.Error); !ok { // a broken or hung connection

@@ -78,6 +78,7 @@ type config struct {
 	conns   int
 	tls     *tls.Config
 	name    string
+	limits  replyLimits // WithReplyLimits (guard.go)
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 }
@@ -251,16 +252,13 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	dialOpts := []redis.DialOption{
-		redis.DialConnectTimeout(cfg.timeout),
-		redis.DialReadTimeout(cfg.timeout),
-		redis.DialWriteTimeout(cfg.timeout),
+	target, err := targetFromURL(rawURL, cfg.tls, cfg.timeout)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.tls != nil {
-		dialOpts = append(dialOpts, redis.DialTLSConfig(cfg.tls))
-	}
+	target.limits = cfg.limits
 	dial := func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialURLContext(ctx, rawURL, dialOpts...)
+		c, err := dialConn(ctx, target)
 		if err != nil || cfg.quarantine == nil {
 			return c, err
 		}

@@ -187,6 +187,14 @@ func (s *subscriber) serve(ctx context.Context, c redis.Conn) {
 			}
 		}
 	}()
+	defer func() {
+		close(stopPing)
+		s.mu.Lock()
+		s.conn = nil
+		s.mu.Unlock()
+		_ = c.Close()
+		_ = recover() // a reply the parser could not take: the connection is dropped
+	}()
 	psc := redis.PubSubConn{Conn: c}
 	for {
 		switch m := psc.ReceiveWithTimeout(watchSilence).(type) {
@@ -209,11 +217,6 @@ func (s *subscriber) serve(ctx context.Context, c redis.Conn) {
 				s.mu.Unlock()
 			}
 		case error:
-			close(stopPing)
-			s.mu.Lock()
-			s.conn = nil
-			s.mu.Unlock()
-			_ = c.Close()
 			return
 		}
 	}

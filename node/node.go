@@ -265,7 +265,7 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 		return cfg.quarantine.dialed(ctx, c)
 	}
 	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial), quarantine: cfg.quarantine}
-	r.mux = newMux(cfg.conns, max(4*cfg.timeout, 2*time.Second), dial)
+	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
 	return r, nil
 }
 

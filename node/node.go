@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -79,6 +80,7 @@ type config struct {
 	tls     *tls.Config
 	name    string
 	limits  replyLimits // WithReplyLimits (guard.go)
+	log     *slog.Logger
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 }
@@ -123,6 +125,14 @@ func WithName(name string) Option {
 		c.name = name
 		return nil
 	})
+}
+
+// WithLogger sets a logger for what happens in the background, where no call
+// can return an error: the release-notification subscriber logs a warning once
+// when notifications become unavailable (and waiters poll), and once when they
+// are restored. Off by default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error { c.log = l; return nil })
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -264,7 +274,7 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 		}
 		return cfg.quarantine.dialed(ctx, c)
 	}
-	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial), quarantine: cfg.quarantine}
+	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
 	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
 	return r, nil
 }
@@ -290,7 +300,7 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial)}, nil
+	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log)}, nil
 }
 
 // Name returns the node's name.

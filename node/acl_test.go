@@ -96,3 +96,35 @@ func TestWatchWithoutSubscribePermission(t *testing.T) {
 	assert.LessOrEqual(t, opened, 12)
 	assert.Equal(t, 1, strings.Count(logs.String(), "release notifications unavailable"), logs.String())
 }
+
+// TestScriptsWithoutPermissions: a script that fails for lack of a permission
+// leaves no key behind, and a delete that happened counts as released.
+func TestScriptsWithoutPermissions(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	nopub, err := node.Dial(aclUser(t, s, "nopub", "-publish"))
+	require.NoError(t, err)
+	defer nopub.Close()
+	a, err := nopub.Acquire(ctx, "k", "k:f", "tok", time.Minute)
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	ok, err := nopub.Release(ctx, "k", "tok", true)
+	require.NoError(t, err, "the notification failed, the release did not")
+	assert.True(t, ok)
+	assert.Empty(t, s.Keys("k"))
+	ok, err = nopub.Release(ctx, "k", "tok", true) // already gone: notifies, under pcall
+	require.NoError(t, err)
+	assert.False(t, ok)
+
+	noget, err := node.Dial(aclUser(t, s, "noget", "-get"))
+	require.NoError(t, err)
+	defer noget.Close()
+	_, err = noget.Acquire(ctx, "k2", "k2:f", "tok", time.Minute)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "can't run this command")
+	assert.Empty(t, s.Keys("k2*"), "no lock key left behind by a failed acquire")
+	// Other commands on the same connection are unaffected.
+	require.NoError(t, noget.Ping(ctx))
+}

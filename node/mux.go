@@ -191,15 +191,7 @@ func (mc *muxConn) write() {
 		// Send this command and every one already waiting, then flush once.
 		yielded := false
 		for req != nil {
-			mc.inflight.Add(1)
-			select {
-			case mc.pending <- req:
-			case <-mc.done:
-				req.reply <- muxResult{err: mc.err}
-				return
-			}
-			if err := mc.c.Send(req.cmd, req.args...); err != nil {
-				mc.fail(fmt.Errorf("node: send: %w", err))
+			if !mc.enqueue(req) {
 				return
 			}
 			select {
@@ -224,6 +216,36 @@ func (mc *muxConn) write() {
 			return
 		}
 	}
+}
+
+// refuser is a connection that refuses some commands before sending them (a
+// quarantined node refusing acquisitions: restart.go).
+type refuser interface {
+	check(cmd string, args []any) error
+}
+
+// enqueue sends one command into the write buffer, to be matched with its reply
+// by the reader. A command the connection refuses gets the refusal, and the
+// connection goes on. It returns false when the connection failed.
+func (mc *muxConn) enqueue(req *muxReq) bool {
+	if r, ok := mc.c.(refuser); ok {
+		if err := r.check(req.cmd, req.args); err != nil {
+			req.reply <- muxResult{err: err} // nothing sent: this command only
+			return true
+		}
+	}
+	mc.inflight.Add(1)
+	select {
+	case mc.pending <- req:
+	case <-mc.done:
+		req.reply <- muxResult{err: mc.err}
+		return false
+	}
+	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+		mc.fail(fmt.Errorf("node: send: %w", err))
+		return false
+	}
+	return true
 }
 
 func (mc *muxConn) read(health time.Duration) {

@@ -128,3 +128,28 @@ func TestScriptsWithoutPermissions(t *testing.T) {
 	// Other commands on the same connection are unaffected.
 	require.NoError(t, noget.Ping(ctx))
 }
+
+// TestWatchRefusedChannel: a user allowed some channels only. A refused
+// SUBSCRIBE does not let the confirmed ones reset the backoff: the subscriber
+// does not reconnect in a loop.
+func TestWatchRefusedChannel(t *testing.T) {
+	s := redistest.Start(t)
+	_, err := s.Do("ACL", "SETUSER", "some", "on", ">pw", "~*", "resetchannels", "&ok*", "+@all")
+	require.NoError(t, err)
+	n, err := node.Dial("redis://some:pw@" + s.Addr())
+	require.NoError(t, err)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, stop, err := n.Watch(ctx, "ok1")
+	require.NoError(t, err)
+	defer stop()
+	before := totalConnections(t, s)
+	_, stop2, err := n.Watch(ctx, "other")
+	require.Error(t, err)
+	defer stop2()
+	time.Sleep(2 * time.Second)
+	opened := totalConnections(t, s) - before - 1
+	t.Logf("connections opened in 2s with one refused channel: %d", opened)
+	assert.LessOrEqual(t, opened, 10)
+}

@@ -207,7 +207,11 @@ func (s *subscriber) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if confirmed {
+		var refused redis.Error
+		if confirmed && !errors.As(err, &refused) {
+			// A subscription worked: back to quick reconnects. Not when the node
+			// refused a SUBSCRIBE (an ACL that allows some channels only): that
+			// would fail again at once.
 			backoff = watchBackoffMin
 		}
 		s.disconnected(err)

@@ -165,9 +165,9 @@ func WithNodeTimeout(d time.Duration) Option {
 	})
 }
 
-// WithKeyPrefix sets the prefix of every key (default "redlock:"). The lock key of
-// resource r is prefix+"{"+r+"}", so auxiliary keys share its Cluster hash slot; the
-// prefix itself may therefore not contain braces.
+// WithKeyPrefix sets the prefix of every key (default "redlock:"). The keys of a
+// resource are LockKey(prefix, r) and FenceKey(prefix, r), which share a Cluster
+// hash slot; the prefix itself may therefore not contain braces.
 func WithKeyPrefix(p string) Option {
 	return optionFunc(func(c *config) error {
 		if strings.ContainsAny(p, "{}") || len(p) > 256 {

@@ -205,7 +205,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we subscribed).
-				rw = c.watchReleases(ctx, key(c, resource))
+				rw = c.watchReleases(ctx, c.lockKey(resource))
 				continue
 			}
 		}
@@ -220,7 +220,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 			return nil, last
 		}
 		if woken {
-			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")
+			c.log(ctx, slog.LevelDebug, "waiter woken by a release", c.lockKey(resource), "")
 		}
 	}
 }
@@ -277,16 +277,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return mrand.N(bound) + 1 // never zero: a retry always yields
 }
 
-func key(c *Client, resource string) string {
-	k, _ := c.keys(resource)
-	return k
-}
-
-// keys returns the lock key and the fence-counter key of resource.
-func (c *Client) keys(resource string) (lockKey, fenceKey string) {
-	lockKey = c.cfg.prefix + "{" + resource + "}"
-	return lockKey, lockKey + ":fence"
-}
+// lockKey returns the lock key of resource under the client's prefix.
+func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, resource) }
 
 // try is one acquisition attempt.
 func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {

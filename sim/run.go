@@ -15,7 +15,7 @@ import (
 const Resource = "r"
 
 // LockKey is Resource's lock key on the nodes (the default prefix).
-const LockKey = redlock.DefaultKeyPrefix + "{" + Resource + "}"
+var LockKey = redlock.LockKey(redlock.DefaultKeyPrefix, Resource)
 
 // Result is the outcome of one run.
 type Result struct {
@@ -457,7 +457,7 @@ func (r *runner) driver() {
 }
 
 // FenceKey is Resource's fence counter key.
-const FenceKey = LockKey + ":fence"
+var FenceKey = redlock.FenceKey(redlock.DefaultKeyPrefix, Resource)
 
 // wipeDetectable reports whether n may lose its fence counter without breaking
 // fencing: either no node has a counter yet (nothing to lose), or the other

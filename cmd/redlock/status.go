@@ -78,9 +78,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "status", "%v", err)
 	}
 
-	// The keys as documented in docs/safety.md: prefix{NAME} and prefix{NAME}:fence.
-	key := *prefix + "{" + name + "}"
-	fenceKey := key + ":fence"
+	key, fenceKey := redlock.LockKey(*prefix, name), redlock.FenceKey(*prefix, name)
 	statuses := make([]nodeStatus, len(ns.urls))
 	var wg sync.WaitGroup
 	for i, u := range ns.urls {

@@ -35,7 +35,7 @@ const (
 const ReportEnv = "REDLOCK_FAULT_REPORT"
 
 // KeyPrefix is the clients' key prefix; the lock key of resource r is
-// KeyPrefix + "{" + r + "}".
+// redlock.LockKey(KeyPrefix, r).
 const KeyPrefix = "fault:"
 
 // Config describes one run of the workload.
@@ -380,7 +380,7 @@ func (r *Run) Round(rd Round) (err error) {
 	n := r.rounds
 	r.mu.Unlock()
 	name := r.cfg.Resources[0]
-	key := KeyPrefix + "{" + name + "}"
+	key := redlock.LockKey(KeyPrefix, name)
 	blocker := r.cfg.Cluster.Node(rd.Blocker)
 	token := fmt.Sprintf("injector-%d", n)
 
@@ -477,7 +477,7 @@ func (r *Run) Round(rd Round) (err error) {
 func (r *Run) fencedEverywhere() bool {
 	keys := make([]any, 0, len(r.cfg.Resources))
 	for _, name := range r.cfg.Resources {
-		keys = append(keys, KeyPrefix+"{"+name+"}:fence")
+		keys = append(keys, redlock.FenceKey(KeyPrefix, name))
 	}
 	for _, nd := range r.cfg.Cluster.Nodes() {
 		n, err := redis.Int(redisDo(nd.ProxyAddr(), "EXISTS", keys...))

@@ -28,6 +28,9 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held (read) while background work is started
 	closed bool
 	bg     sync.WaitGroup
+	stop   chan struct{} // closed by Close: background probes end
+
+	health []*breaker // per node; nil for a node without a breaker (health.go)
 
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
@@ -52,7 +55,14 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
+	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
+		health: make([]*breaker, len(nodes)), stop: make(chan struct{})}
+	for i, n := range nodes {
+		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
+			c.health[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
+		}
+	}
+	return c, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -125,6 +135,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	close(c.stop)
 	c.bg.Wait()
 	if !c.owned {
 		return nil
@@ -346,11 +357,28 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 }
 
 // releaseDetached releases key on node i on a context of its own, bounded by the
-// node timeout: cleanup that the caller's cancellation cannot cut short.
+// node timeout: cleanup that the caller's cancellation cannot cut short. For a
+// node whose breaker is open, the release waits (bounded, deduplicated) until
+// the node answers again.
 func (c *Client) releaseDetached(i int, key, token string, notify bool) {
+	if b := c.health[i]; b != nil && b.deferRelease(key, token, notify) {
+		return
+	}
+	c.releaseNow(i, key, token, notify)
+}
+
+// releaseNow sends a cleanup release to node i through its breaker.
+func (c *Client) releaseNow(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.nodes[i].Release(ctx, key, token, notify); err != nil {
+	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
+		ok, err := n.Release(ctx, key, token, notify)
+		return ok, ok, err
+	})
+	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
+		return
+	}
+	if err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

@@ -64,8 +64,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	call := quorum.Start(context.WithoutCancel(ctx), len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
-		i := r.idx[j]
-		return r.call(ctx, i, c.nodes[i])
+		return callNode(c, ctx, r.idx[j], r.call)
 	}, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }

@@ -81,7 +81,7 @@ func scheduleWorld(s Schedule, netLog bool) (w *World, prober, warm int) {
 	w = NewWorld(WorldConfig{
 		Seed: s.Seed, Nodes: s.Nodes, Clients: nc,
 		TTL: s.TTL, NodeTimeout: s.NodeTimeout, DriftFactor: s.DriftFactor,
-		Rates: s.Rates, Steps: s.Steps,
+		Rates: s.Rates, Steps: s.Steps, Breaker: s.Breaker,
 		Links: func(c, n int) LinkFaults {
 			if c >= s.Clients {
 				return LinkFaults{MinDelay: 20 * time.Microsecond, MaxDelay: 2 * time.Millisecond}

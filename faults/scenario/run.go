@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -535,13 +534,7 @@ func (r *Run) Finish() Result {
 
 	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s",
 		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions)
-	fmt.Println(line)
-	if path := os.Getenv(ReportEnv); path != "" {
-		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			fmt.Fprintln(f, line)
-			f.Close()
-		}
-	}
+	report(line)
 	var longest time.Duration
 	for _, o := range res.Overlaps {
 		longest = max(longest, o.Duration())

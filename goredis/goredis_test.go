@@ -3,6 +3,7 @@ package goredis_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -16,6 +17,15 @@ import (
 	"github.com/redlock-go/redlock/nodetest"
 	"github.com/redlock-go/redlock/redistest"
 )
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // go-redis logs every failover step
+	os.Exit(m.Run())
+}
 
 func plainClient(t *testing.T, addr string, q *goredis.Quarantine) *redis.Client {
 	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1}

@@ -112,7 +112,10 @@ func infoFields(text string, names ...string) map[string]string {
 // observe records one connection to the server with cluster id id (or ""),
 // whose INFO server and INFO replication read server and repl at now.
 func (q *Quarantine) observe(id, server, repl string, now time.Time) error {
-	f := infoFields(server+"\n"+repl, "run_id", "uptime_in_seconds", "role", "master_replid", "second_repl_offset")
+	f := infoFields(server+"\n"+repl, "run_id", "uptime_in_seconds", "role", "master_replid", "second_repl_offset", "redis_mode")
+	if f["redis_mode"] == "sentinel" {
+		return nil // a FailoverClient's hook runs on its sentinel connections too
+	}
 	if f["run_id"] == "" || f["uptime_in_seconds"] == "" || f["role"] == "" {
 		return fmt.Errorf("%w: restart check: INFO lacks run_id, uptime_in_seconds or role", node.ErrUnexpectedReply)
 	}

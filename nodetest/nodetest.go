@@ -11,14 +11,20 @@
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
 // counter only for the holder and never lowers it, RaiseFence for anyone; a
 // node that implements node.Watcher notifies a release made with notify; every
+// call returns an error promptly on a cancelled context; two lock clients over
+// two such nodes exclude each other, fence and hand the lock over; and every
 // call returns an error promptly on a cancelled context and, with WithPause, by
 // its deadline on a server that stopped answering.
+//
+// The package is part of the core module (it imports the lock client), but
+// only test code should import it.
 package nodetest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -27,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/node"
 )
 
@@ -76,6 +83,7 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 			tc.fn(t, n, s.keys(t))
 		})
 	}
+	t.Run("LockClient", s.lockClient)
 	if cfg.pause != nil {
 		t.Run("DeadlineOnUnresponsiveServer", func(t *testing.T) {
 			s.deadline(t, s.node(t), s.keys(t), cfg.pause)
@@ -428,5 +436,62 @@ func (s *suite) deadline(t *testing.T, n node.Node, k keys, pause func(t *testin
 			t.Fatalf("the node did not recover within 10s of the server's resumption: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockClient runs the lock client over the node: two clients of one node each
+// exclude each other, fence in order and hand the lock over.
+func (s *suite) lockClient(t *testing.T) {
+	n1, n2 := s.node(t), s.node(t)
+	c1, err := redlock.New([]node.Node{n1}, redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := redlock.New([]node.Node{n2}, redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	resource := fmt.Sprintf("nodetest-%s-%d", s.run, s.seq.Add(1))
+	l1, err := c1.TryLock(ctx(t), resource)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if _, err := c2.TryLock(ctx(t), resource); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("second client's TryLock: %v, want ErrNotAcquired", err)
+	}
+	f1, err := l1.Fence(ctx(t))
+	if err != nil || f1 == 0 {
+		t.Fatalf("Fence = %d, %v", f1, err)
+	}
+	if err := l1.Extend(ctx(t)); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	got := make(chan error, 1)
+	var l2 *redlock.Lock
+	go func() {
+		var err error
+		l2, err = c2.Lock(ctx(t), resource)
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("Lock returned while the lock was held: %v", err)
+	default:
+	}
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Lock after the release: %v", err)
+	}
+	f2, err := l2.Fence(ctx(t))
+	if err != nil || f2 <= f1 {
+		t.Fatalf("second holder's Fence = %d, %v; want above %d", f2, err, f1)
+	}
+	if err := l2.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package redistest_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -40,5 +41,18 @@ func TestSentinel(t *testing.T) {
 	}
 	if v, err := redis.String(p.Do("GET", "k")); err != nil || v != "v" {
 		t.Fatalf("GET on the new primary: %q %v", v, err)
+	}
+}
+
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t, 3, true)
+	old := c.Masters[1]
+	c.Failover(1)
+	if c.Masters[1] == old || c.Replicas[1] != old {
+		t.Fatal("the servers were not swapped")
+	}
+	info, err := redis.String(c.Masters[1].Do("INFO", "replication"))
+	if err != nil || !strings.Contains(info, "role:master") {
+		t.Fatalf("new master: %q %v", info, err)
 	}
 }

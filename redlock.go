@@ -101,7 +101,8 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 			_ = n.Close()
 		}
 	}
-	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout)}, cfg.nodeOpts...)
+	// One set for the nodes of this client: two URLs of one instance are refused.
+	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout), node.WithInstances(node.NewInstances())}, cfg.nodeOpts...)
 	for i, u := range urls {
 		n, err := node.Dial(u, nodeOpts...)
 		if err != nil {

@@ -78,6 +78,7 @@ type config struct {
 	name    string
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
+	instances  *Instances  // WithInstances (instance.go); nil when off
 }
 
 // WithTimeout bounds each call to the node (including taking a connection and
@@ -221,8 +222,14 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	addr := u.Addr()
 	dial := func(ctx context.Context) (redis.Conn, error) {
 		c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
-		if err != nil || cfg.quarantine == nil {
-			return c, err
+		if err == nil && cfg.instances != nil {
+			err = cfg.instances.dialed(ctx, name, c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cfg.quarantine == nil {
+			return c, nil
 		}
 		return cfg.quarantine.dialed(ctx, c)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,8 +22,10 @@ const envNodes = "REDLOCK_NODES"
 // so that no message ever shows one.
 type nodeSet struct {
 	urls    []string
+	parsed  []*node.URL
 	names   []string // canonical host:port/db, as in the library's errors
 	secrets []string
+	tls     *tls.Config // rediss:// nodes; nil: the defaults
 }
 
 // parseNodes returns the nodes given by the --nodes flag value or, when it is
@@ -71,6 +74,7 @@ func parseNodes(flagValue string) (*nodeSet, error) {
 		seen[u.Addr()] = i
 		ns.urls = append(ns.urls, p)
 		ns.names = append(ns.names, u.Name())
+		ns.parsed = append(ns.parsed, u)
 	}
 	return ns, nil
 }

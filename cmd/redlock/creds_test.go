@@ -120,3 +120,45 @@ func TestDashBeforeNameAndVersion(t *testing.T) {
 		assert.Contains(t, r.stdout, "go1.")
 	}
 }
+
+func TestRunAndStatusTLS(t *testing.T) {
+	s := redistest.StartTLS(t)
+	f := s.Files
+	for _, v := range []string{envNodes, envTLSCA, envTLSCert, envTLSKey, envTLSSkip} {
+		t.Setenv(v, "")
+	}
+	tlsFlags := []string{"--nodes", s.TLSURL(), "--tls-ca", f.CA, "--tls-cert", f.ClientCert, "--tls-key", f.ClientKey}
+	r := runCLI(append(append([]string{"run"}, tlsFlags...), "job", "--", "true")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	r = runCLI(append(append([]string{"status"}, tlsFlags...), "job")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "fencing counter: 1")
+
+	t.Setenv(envNodes, s.TLSURL())
+	t.Setenv(envTLSCert, f.ClientCert)
+	t.Setenv(envTLSKey, f.ClientKey)
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, exitTempFail, r.code, "no CA: the system's roots do not know the test CA")
+	assert.Contains(t, r.stderr, "certificate signed by unknown authority")
+	r = runCLI("run", "--tls-skip-verify", "job", "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	t.Setenv(envTLSSkip, "true")
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = runCLI("run", "--tls-skip-verify=false", "job", "--", "true")
+	assert.Equal(t, exitTempFail, r.code, "the flag wins over the environment")
+	t.Setenv(envTLSSkip, "")
+	t.Setenv(envTLSCA, f.CA)
+	r = runCLI("status", "job")
+	assert.Equal(t, 0, r.code, r.stderr)
+
+	t.Setenv(envTLSKey, "")
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "--tls-cert and --tls-key go together")
+	t.Setenv(envTLSKey, f.ClientKey)
+	t.Setenv(envTLSCA, f.ClientKey)
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "no PEM certificate")
+}

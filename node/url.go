@@ -27,8 +27,9 @@ import (
 // "user:password" the node authenticates as an ACL user (AUTH user password).
 // Unix sockets are not supported.
 //
-// No error of Parse, and no method of URL but Password's field, shows the user
-// info: errors show the URL with it replaced by "xxxxx".
+// Only the Username and Password fields hold the user info: no error of Parse
+// shows it (errors show the URL with it replaced by "xxxxx"), and neither do the
+// methods of URL, nor fmt's %v, %+v and %#v of a URL (String, GoString).
 type URL struct {
 	Scheme   string // "redis" or "rediss"
 	Username string // ACL user; empty for the default user
@@ -230,20 +231,23 @@ func decimal(s string, max int) (int, string) {
 }
 
 // Addr returns host:port, as dialed.
-func (u *URL) Addr() string { return net.JoinHostPort(u.Host, strconv.Itoa(u.Port)) }
+func (u URL) Addr() string { return net.JoinHostPort(u.Host, strconv.Itoa(u.Port)) }
 
 // Name returns the canonical name of the node: host:port/db.
-func (u *URL) Name() string { return fmt.Sprintf("%s/%d", u.Addr(), u.DB) }
+func (u URL) Name() string { return fmt.Sprintf("%s/%d", u.Addr(), u.DB) }
 
 // Redacted returns the URL in canonical form without its user info: it names the
 // same instance and database, and Parse accepts it.
-func (u *URL) Redacted() string { return u.Scheme + "://" + u.Name() }
+func (u URL) Redacted() string { return u.Scheme + "://" + u.Name() }
 
 // String returns Redacted, so that printing a URL never shows a password.
-func (u *URL) String() string { return u.Redacted() }
+func (u URL) String() string { return u.Redacted() }
+
+// GoString is String for %#v.
+func (u URL) GoString() string { return "node.URL(" + strconv.Quote(u.Redacted()) + ")" }
 
 // TLS reports whether the URL asks for TLS (rediss://).
-func (u *URL) TLS() bool { return u.Scheme == "rediss" }
+func (u URL) TLS() bool { return u.Scheme == "rediss" }
 
 // ParseURL checks a node URL and returns the node's canonical name (host:port/db);
 // see URL for the grammar. Errors are *URLError (errors.Is ErrInvalidURL) and never

@@ -3,6 +3,7 @@ package node_test
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -38,7 +39,9 @@ func TestParse(t *testing.T) {
 			back, err := node.Parse(u.Redacted())
 			require.NoError(t, err)
 			assert.Equal(t, u.Name(), back.Name())
-			assert.NotContains(t, u.String(), "pw")
+			for _, shown := range []string{u.String(), fmt.Sprintf("%v %+v %#v %s", u, u, u, *u), fmt.Sprint(*u)} {
+				assert.NotContains(t, shown, "pw")
+			}
 		})
 	}
 }

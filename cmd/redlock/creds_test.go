@@ -57,6 +57,21 @@ func TestRunPasswords(t *testing.T) {
 		assert.NotContains(t, r.stdout, "s3cret")
 		assert.NotContains(t, r.stdout, "REDLOCK_PASSWORD")
 	})
+	t.Run("ACL user, password with URL delimiters", func(t *testing.T) {
+		const pw = "p@ss #w/rd%:?"
+		s := redistest.Start(t) // without requirepass, for the test's own connection
+		plain := s.URL()
+		_, err := s.Do("ACL", "SETUSER", "odd", "on", ">"+pw, "~*", "&*", "+@all")
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "pw")
+		require.NoError(t, os.WriteFile(f, []byte(pw+"\n"), 0o600))
+		r := runCLI("run", "--nodes", plain, "--user", "odd", "--password-file", f, "job", "--", "true")
+		require.Equal(t, 0, r.code, r.stderr)
+		t.Setenv(envUser, "odd")
+		t.Setenv(envPassword, pw)
+		r = runCLI("status", "--nodes", plain, "job")
+		require.Equal(t, 0, r.code, r.stderr)
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		t.Setenv(envPassword, "wrong-s3cret")
 		r := runCLI("run", "--nodes", plain, "job", "--", "true")

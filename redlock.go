@@ -90,8 +90,10 @@ func checkNodes(nodes []node.Node) error {
 }
 
 // Dial returns a Client over the Redis instances at urls, one URL per independent
-// node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS. It does
-// not connect; nodes that are down are simply failed votes until they come back.
+// node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS (the
+// grammar of node.URL). Two URLs of one host:port are refused, whatever their
+// databases: they are one instance, not independent nodes. It does not connect;
+// nodes that are down are simply failed votes until they come back.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -100,13 +102,17 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, invalid("no node URLs")
 	}
+	if err := node.CheckDistinct(urls); err != nil {
+		return nil, invalid("%w", err) // a bad URL, or two URLs of one instance (other dbs included)
+	}
 	nodes := make([]node.Node, 0, len(urls))
 	closeAll := func() {
 		for _, n := range nodes {
 			_ = n.Close()
 		}
 	}
-	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout)}, cfg.nodeOpts...)
+	// One set for the nodes of this client: two URLs of one instance are refused.
+	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout), node.WithInstances(node.NewInstances())}, cfg.nodeOpts...)
 	for i, u := range urls {
 		n, err := node.Dial(u, nodeOpts...)
 		if err != nil {

@@ -27,8 +27,8 @@ with the error. It only reads: it never takes, extends or releases the lock.
 Flags:
 %s
 Environment:
-  REDLOCK_NODES   the node URLs, when --nodes is not given
-
+  REDLOCK_NODES            the node URLs, when --nodes is not given
+%s
 Exit status:
   0   a majority of the nodes answered (whether the lock is held or not)
   1   fewer than a majority answered: whether the lock is held cannot be told
@@ -55,13 +55,18 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
 	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	timeout := flags.Duration("timeout", 2*time.Second, "how long to wait for each node")
-	help := fmt.Sprintf(statusHelpText, flagHelp(flags))
+	var conn connFlags
+	conn.register(flags)
+	help := fmt.Sprintf(statusHelpText, flagHelp(flags), connEnvHelp)
 
 	name, rest, code, ok := parseNamed(flags, "status", args, help, stdout, stderr)
 	if !ok {
 		return code
 	}
 	ns, err := checkStatusArgs(name, rest, *prefix, *nodesFlag, *timeout)
+	if err == nil {
+		err = conn.apply(ns)
+	}
 	if err != nil {
 		return usageError(stderr, "status", "%v", err)
 	}
@@ -99,9 +104,10 @@ func checkStatusArgs(name string, rest []string, prefix, nodes string, timeout t
 func readStatuses(ns *nodeSet, key, fenceKey string, timeout time.Duration) []nodeStatus {
 	statuses := make([]nodeStatus, len(ns.urls))
 	var wg sync.WaitGroup
-	for i, u := range ns.urls {
+	for i := range ns.urls {
 		wg.Go(func() {
-			statuses[i] = readStatus(u, key, fenceKey, timeout)
+			dial := func(ctx context.Context) (redis.Conn, error) { return ns.dial(ctx, i, timeout) }
+			statuses[i] = readStatus(dial, key, fenceKey, timeout)
 			statuses[i].name = ns.names[i]
 		})
 	}
@@ -175,11 +181,10 @@ func (sum statusSummary) print(w io.Writer, n, m int) {
 
 // readStatus reads the lock key, its PTTL and the fence counter from one node,
 // in one transaction.
-func readStatus(url, key, fenceKey string, timeout time.Duration) nodeStatus {
+func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey string, timeout time.Duration) nodeStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := redis.DialURLContext(ctx, url,
-		redis.DialConnectTimeout(timeout), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout))
+	c, err := dial(ctx)
 	if err != nil {
 		return nodeStatus{err: err}
 	}

@@ -125,6 +125,7 @@ func transportFailure(err error) bool {
 	}
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
+		errors.Is(err, node.ErrReplyTooLarge) || errors.Is(err, node.ErrMalformedReply) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -46,6 +46,22 @@ func TestFaultHungConnect(t *testing.T) {
 	badNodeRun(t, "hung-connect", withBad(c, harness.HungConnect(t).URL()), nil)
 }
 
+// TestFaultTLSStall: one node of three accepts TCP but never answers the TLS
+// handshake.
+func TestFaultTLSStall(t *testing.T) {
+	c := harness.Start(t, 2)
+	badNodeRun(t, "tls-stall", withBad(c, "rediss://"+harness.Stall(t).Addr()), nil)
+}
+
+// TestFaultGarbageReply: one node of three answers every command with a reply
+// whose length does not fit in memory, or no number at all. The process must
+// survive.
+func TestFaultGarbageReply(t *testing.T) {
+	c := harness.Start(t, 2)
+	bad := harness.Garbage(t, "$9223372036854775807\r\n", "$99999999999999999999\r\n", "*3000000000\r\n", "+OK\r\n", "$-7\r\n", ":x\r\n")
+	badNodeRun(t, "garbage-reply", withBad(c, bad.URL()), nil)
+}
+
 // TestFaultACLDeniedSubscribe: every node refuses SUBSCRIBE to the clients'
 // user. Waiters fall back to polling; the clients must not reconnect in a loop.
 func TestFaultACLDeniedSubscribe(t *testing.T) {

@@ -132,7 +132,7 @@ func transportFailure(err error) bool {
 
 // callNode runs call on node i through its breaker.
 func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Context, int, node.Node) (T, bool, error)) (T, bool, error) {
-	b := c.health[i]
+	b := c.breakers[i]
 	if b == nil {
 		return call(ctx, i, c.nodes[i])
 	}
@@ -151,7 +151,7 @@ func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Co
 // probe pings node i, with a growing backoff, until it answers or the client
 // closes; then it closes the breaker and sends the releases that waited.
 func (c *Client) probe(i int) {
-	b, p := c.health[i], c.nodes[i].(Pinger)
+	b, p := c.breakers[i], c.nodes[i].(Pinger)
 	wait := b.base
 	for b.isOpen() {
 		// No jitter: one probe per node and client is no herd, and runs stay

@@ -75,70 +75,18 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 	}
 
 	stop := make(chan struct{})
-	var peak atomic.Int64
-	sampled := make(chan struct{})
-	go func() { // the sampler
-		defer close(sampled)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			peak.Store(max(peak.Load(), int64(runtime.NumGoroutine())))
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	var acquired, failed, late atomic.Int64
-	var slowest atomic.Int64
-	bound := cfg.Deadline + cfg.NodeTimeout + 100*time.Millisecond
-	call := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.Deadline)
-		defer cancel()
-		start := time.Now()
-		err := f(ctx)
-		d := time.Since(start)
-		if d > bound {
-			late.Add(1)
-		}
-		for s := slowest.Load(); int64(d) > s && !slowest.CompareAndSwap(s, int64(d)); s = slowest.Load() {
-		}
-		return err
-	}
+	peak := sampleGoroutines(stop)
+	w := &badNodeWorkers{cfg: cfg, bound: cfg.Deadline + cfg.NodeTimeout + 100*time.Millisecond}
 	var wg sync.WaitGroup
 	for ci, c := range clients {
-		for w := range cfg.Workers {
-			wg.Go(func() {
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					resource := fmt.Sprintf("%s-%d-%d", cfg.Name, ci, w)
-					if i%2 == 1 {
-						resource = cfg.Name + "-shared"
-					}
-					var l *redlock.Lock
-					err := call(func(ctx context.Context) (err error) {
-						l, err = c.Lock(ctx, resource)
-						return err
-					})
-					if err != nil {
-						failed.Add(1)
-						continue
-					}
-					acquired.Add(1)
-					_ = call(l.Release)
-				}
-			})
+		for wi := range cfg.Workers {
+			wg.Go(func() { w.run(c, ci, wi, stop) })
 		}
 	}
 	time.Sleep(cfg.Duration)
 	close(stop)
 	wg.Wait()
-	<-sampled
+	res.GoroutinesPeak = <-peak
 
 	start := time.Now()
 	for _, c := range clients {
@@ -152,9 +100,8 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.GoroutinesAfter = runtime.NumGoroutine()
-	res.GoroutinesPeak = int(peak.Load())
-	res.Acquisitions, res.Failed = int(acquired.Load()), int(failed.Load())
-	res.LateCalls, res.Slowest = int(late.Load()), time.Duration(slowest.Load())
+	res.Acquisitions, res.Failed = int(w.acquired.Load()), int(w.failed.Load())
+	res.LateCalls, res.Slowest = int(w.late.Load()), time.Duration(w.slowest.Load())
 
 	line := fmt.Sprintf("fault scenario=%s acquisitions=%d failed=%d goroutines_peak=%d goroutines_after_close=%d goroutines_baseline=%d close_ms=%d late_calls=%d slowest_ms=%d",
 		cfg.Name, res.Acquisitions, res.Failed, res.GoroutinesPeak, res.GoroutinesAfter, res.GoroutinesBaseline,
@@ -164,6 +111,77 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 	}
 	report(line)
 	return res
+}
+
+// sampleGoroutines counts goroutines every 5 ms until stop is closed, then
+// sends the highest count.
+func sampleGoroutines(stop <-chan struct{}) <-chan int {
+	peak := make(chan int, 1)
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		highest := 0
+		for {
+			highest = max(highest, runtime.NumGoroutine())
+			select {
+			case <-stop:
+				peak <- highest
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return peak
+}
+
+// badNodeWorkers counts what the workers of a bad-node run saw.
+type badNodeWorkers struct {
+	cfg                    BadNodeConfig
+	bound                  time.Duration // a call returning later is late
+	acquired, failed, late atomic.Int64
+	slowest                atomic.Int64 // nanoseconds
+}
+
+// run locks and releases, in turn, a resource of its own and one shared by
+// every worker, until stop is closed.
+func (w *badNodeWorkers) run(c *redlock.Client, client, worker int, stop <-chan struct{}) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		resource := fmt.Sprintf("%s-%d-%d", w.cfg.Name, client, worker)
+		if i%2 == 1 {
+			resource = w.cfg.Name + "-shared"
+		}
+		var l *redlock.Lock
+		err := w.call(func(ctx context.Context) (err error) {
+			l, err = c.Lock(ctx, resource)
+			return err
+		})
+		if err != nil {
+			w.failed.Add(1)
+			continue
+		}
+		w.acquired.Add(1)
+		_ = w.call(l.Release)
+	}
+}
+
+// call runs f under the run's deadline and times it.
+func (w *badNodeWorkers) call(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Deadline)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	d := time.Since(start)
+	if d > w.bound {
+		w.late.Add(1)
+	}
+	for s := w.slowest.Load(); int64(d) > s && !w.slowest.CompareAndSwap(s, int64(d)); s = w.slowest.Load() {
+	}
+	return err
 }
 
 // report prints a result line and appends it to the file named by ReportEnv.

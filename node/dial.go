@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -24,40 +21,20 @@ type dialTarget struct {
 	limits             replyLimits   // zero = defaultLimits
 }
 
-// targetFromURL builds the dial target of a URL that ParseURL accepted. tlsCfg
-// is WithTLSConfig's (nil: the defaults, verifying the server's name).
-func targetFromURL(rawURL string, tlsCfg *tls.Config, timeout time.Duration) (dialTarget, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return dialTarget{}, fmt.Errorf("%w: %q", ErrInvalidURL, redactURL(rawURL))
-	}
-	port := u.Port()
-	if port == "" {
-		port = "6379"
-	}
-	t := dialTarget{network: "tcp", addr: net.JoinHostPort(u.Hostname(), port), timeout: timeout}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		if t.db, err = strconv.Atoi(p); err != nil {
-			return dialTarget{}, fmt.Errorf("%w: %q: database %q", ErrInvalidURL, redactURL(rawURL), p)
-		}
-	}
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			t.username, t.password = u.User.Username(), pw
-		} else {
-			t.password = u.User.Username() // redis://secret@host, as redis-cli reads it
-		}
-	}
-	if u.Scheme == "rediss" {
+// targetFromURL builds the dial target of a parsed URL. tlsCfg is
+// WithTLSConfig's (nil: the defaults, verifying the server's name).
+func targetFromURL(u *URL, tlsCfg *tls.Config, timeout time.Duration) dialTarget {
+	t := dialTarget{network: "tcp", addr: u.Addr(), username: u.Username, password: u.Password, db: u.DB, timeout: timeout}
+	if u.TLS() {
 		t.tls = &tls.Config{}
 		if tlsCfg != nil {
 			t.tls = tlsCfg.Clone()
 		}
 		if t.tls.ServerName == "" {
-			t.tls.ServerName = u.Hostname()
+			t.tls.ServerName = u.Host
 		}
 	}
-	return t, nil
+	return t
 }
 
 // dialConn opens a connection to t: TCP, the TLS handshake, AUTH and SELECT, all

@@ -2,8 +2,11 @@ package redlock_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +29,9 @@ func TestLockWithoutSubscribePermission(t *testing.T) {
 	holder, err := redlock.Dial([]string{url})
 	require.NoError(t, err)
 	defer holder.Close()
-	waiter, err := redlock.Dial([]string{url})
+	var logs strings.Builder
+	var logMu sync.Mutex
+	waiter, err := redlock.Dial([]string{url}, redlock.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))))
 	require.NoError(t, err)
 	defer waiter.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -50,6 +55,20 @@ func TestLockWithoutSubscribePermission(t *testing.T) {
 	t.Logf("lock taken %v after the release, by polling; %d connections opened", lag.Round(time.Millisecond), opened)
 	assert.Less(t, lag, 500*time.Millisecond, "polling backoff is at most 250ms")
 	assert.LessOrEqual(t, opened, 10)
+	logMu.Lock()
+	defer logMu.Unlock()
+	assert.Equal(t, 1, strings.Count(logs.String(), "release notifications unavailable"), "logged once: %s", logs.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }
 
 func acceptedConnections(t *testing.T, s *redistest.Server) int {

@@ -184,8 +184,14 @@ func WithKeyPrefix(p string) Option {
 
 // WithLogger sets a logger (off by default). Logs carry digests of keys and tokens,
 // never their values.
+// The nodes that Dial creates log to it too (node.WithLogger: release
+// notifications becoming unavailable, and restored).
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error { c.logger = l; return nil })
+	return optionFunc(func(c *config) error {
+		c.logger = l
+		c.nodeOpts = append(c.nodeOpts, node.WithLogger(l))
+		return nil
+	})
 }
 
 // WithClock sets the clock used to measure acquisitions (default clock.Real()).

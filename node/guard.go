@@ -169,13 +169,13 @@ func (g *guardConn) header(b []byte) (need bool, err error) {
 		return false, fmt.Errorf("%w: unexpected type byte %q", ErrMalformedReply, b[0])
 	}
 	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		if len(b) >= maxHeader {
-			return false, fmt.Errorf("%w: header line %q… too long", ErrMalformedReply, b[:maxHeader])
-		}
+	if i < 0 && len(b) < maxHeader {
 		return true, nil
 	}
-	if i >= maxHeader || i < 2 || b[i-1] != '\r' {
+	if i < 0 || i >= maxHeader { // the same error however the bytes arrive
+		return false, fmt.Errorf("%w: header line %q… too long", ErrMalformedReply, b[:maxHeader])
+	}
+	if i < 2 || b[i-1] != '\r' {
 		return false, fmt.Errorf("%w: bad header line %q", ErrMalformedReply, clip(b[:i+1]))
 	}
 	if err := g.grow(int64(i + 1)); err != nil {
@@ -215,12 +215,12 @@ func (g *guardConn) element(t byte, num []byte) error {
 	if n > g.lim.elems-g.elems {
 		return fmt.Errorf("%w: array of %s elements exceeds the %d-element reply limit", ErrReplyTooLarge, num, g.lim.elems)
 	}
+	if len(g.stack) >= MaxReplyDepth {
+		return fmt.Errorf("%w: arrays nested more than %d deep", ErrMalformedReply, MaxReplyDepth)
+	}
 	if n == 0 {
 		g.done()
 		return nil
-	}
-	if len(g.stack) >= MaxReplyDepth {
-		return fmt.Errorf("%w: arrays nested more than %d deep", ErrMalformedReply, MaxReplyDepth)
 	}
 	g.elems += n
 	g.stack = append(g.stack, n)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -15,7 +17,7 @@ import (
 // byteConn is a net.Conn that reads from a buffer and ignores the rest.
 type byteConn struct {
 	net.Conn
-	r *bytes.Reader
+	r io.Reader
 }
 
 func (c byteConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
@@ -28,7 +30,11 @@ func (c byteConn) SetWriteDeadline(time.Time) error { return nil }
 // receiveAll reads replies from data through the guard, with small limits,
 // until an error; it returns the replies and that error.
 func receiveAll(data []byte, lim replyLimits) ([]any, error) {
-	c := redis.NewConn(newGuard(byteConn{r: bytes.NewReader(data)}, lim), 0, 0)
+	return receiveFrom(bytes.NewReader(data), lim)
+}
+
+func receiveFrom(r io.Reader, lim replyLimits) ([]any, error) {
+	c := redis.NewConn(newGuard(byteConn{r: r}, lim), 0, 0)
 	var out []any
 	for {
 		v, err := c.Receive()
@@ -52,6 +58,11 @@ func FuzzReplyGuard(f *testing.F) {
 		replies, err := receiveAll(data, lim)
 		if err == nil {
 			t.Fatal("the input ended without an error")
+		}
+		// How the bytes arrive changes nothing.
+		split, err2 := receiveFrom(iotest.OneByteReader(bytes.NewReader(data)), lim)
+		if !reflect.DeepEqual(split, replies) || err2.Error() != err.Error() {
+			t.Fatalf("byte by byte: %v, %v; at once: %v, %v", split, err2, replies, err)
 		}
 		for _, v := range replies {
 			if n := countElems(v, 0); n > lim.elems {
@@ -82,6 +93,11 @@ func TestReplyGuard(t *testing.T) {
 	replies, err := receiveAll([]byte(ok), defaultLimits)
 	if len(replies) != 8 || !errors.Is(err, io.EOF) {
 		t.Fatalf("valid stream: %d replies, %v", len(replies), err)
+	}
+	// The same, a byte per read: headers and payloads split anywhere.
+	split, err := receiveFrom(iotest.OneByteReader(strings.NewReader(ok)), defaultLimits)
+	if !reflect.DeepEqual(split, replies) || !errors.Is(err, io.EOF) {
+		t.Fatalf("byte by byte: %v, %v; want %v", split, err, replies)
 	}
 	for _, tt := range []struct{ in, want string }{
 		{"$9223372036854775807\r\n", "reply too large"},

@@ -18,8 +18,10 @@ type Watcher interface {
 	// Watch subscribes to key's release notifications. The returned channel
 	// receives a value (coalesced) after every release, and also after the
 	// subscription had to be re-established (a release may have been missed).
-	// Watch returns once the node confirmed the subscription or ctx ended; in the
-	// latter case notifications may still come later. stop ends the watch.
+	// Watch returns once the node confirmed the subscription, or failed to (the
+	// node is unreachable or refuses SUBSCRIBE: the error says why), or ctx
+	// ended; in the latter cases notifications may still come later, once a
+	// subscription succeeds, so callers poll meanwhile. stop ends the watch.
 	Watch(ctx context.Context, key string) (notify <-chan struct{}, stop func(), err error)
 }
 

@@ -97,18 +97,25 @@ func TestHungNodeDeadlines(t *testing.T) {
 				t.Logf("Ping returned after %v, Acquire after %v: %v", el.Round(time.Millisecond), el2.Round(time.Millisecond), err)
 				assert.Less(t, el2, time.Second, "deadline 100ms")
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			start := time.Now()
+			_, stop, err := n.Watch(ctx, "k")
+			cancel()
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), time.Second, "Watch, deadline 100ms")
+			stop()
 			peak, calls, late := hammer(n, 64, time.Second)
 			t.Logf("64 goroutines for 1s: goroutine peak %d (baseline %d), %d calls, %d later than deadline+node timeout", peak, base, calls, late)
 			// The callers, and at most one timer goroutine each (a context
 			// deadline firing): nothing that accumulates.
 			assert.Less(t, peak, base+2*64+20)
 			assert.LessOrEqual(t, late*100, calls, "at most 1% late, for a loaded machine")
-			start := time.Now()
+			start = time.Now()
 			require.NoError(t, n.Close())
 			closeTime := time.Since(start)
 			assert.Less(t, closeTime, 1500*time.Millisecond)
 			require.Eventually(t, func() bool { return runtime.NumGoroutine() <= base+20 }, 2*time.Second, 10*time.Millisecond)
-			t.Logf("Close took %v; goroutines after: %d", closeTime.Round(time.Millisecond), runtime.NumGoroutine())
+			t.Logf("Close took %v; goroutines after: %d", closeTime.Round(time.Microsecond), runtime.NumGoroutine())
 		})
 	}
 }

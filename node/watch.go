@@ -57,7 +57,9 @@ type subscriber struct {
 	log  *slog.Logger // nil: no logs
 
 	mu        sync.Mutex
-	conn      redis.Conn // nil while disconnected
+	conn      redis.Conn    // nil while disconnected
+	queue     [][]any       // commands for conn, written by its keep-alive goroutine
+	kick      chan struct{} // wakes that goroutine (capacity 1)
 	watches   map[string]map[*watch]struct{}
 	confirmed map[string]*confirm    // settled when SUBSCRIBE is acknowledged or fails
 	linger    map[string]*time.Timer // keys without watchers, unsubscribed when it fires
@@ -183,14 +185,36 @@ func (s *subscriber) unwatch(key string, w *watch) {
 	s.linger[key] = t
 }
 
-// sendLocked writes a command on the subscriber connection if there is one; a
-// reconnect re-subscribes from the watch set anyway. s.mu must be held.
+// sendLocked queues a command for the subscriber connection if there is one (a
+// reconnect re-subscribes from the watch set anyway). The connection's
+// keep-alive goroutine writes it, so that no caller waits on the network while
+// holding s.mu. s.mu must be held.
 func (s *subscriber) sendLocked(cmd string, args ...any) {
 	if s.conn == nil {
 		return
 	}
-	if err := s.conn.Send(cmd, args...); err == nil {
-		_ = s.conn.Flush()
+	s.queue = append(s.queue, append([]any{cmd}, args...))
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flushQueue writes the queued commands on c; a failed write closes c, which
+// ends its receive loop.
+func (s *subscriber) flushQueue(c redis.Conn) {
+	s.mu.Lock()
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	for _, cmd := range q {
+		if err := c.Send(cmd[0].(string), cmd[1:]...); err != nil {
+			_ = c.Close()
+			return
+		}
+	}
+	if err := c.Flush(); err != nil {
+		_ = c.Close()
 	}
 }
 
@@ -248,7 +272,7 @@ func (s *subscriber) idleStop() bool {
 func (s *subscriber) disconnected(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.conn = nil
+	s.conn, s.queue = nil, nil
 	for key, set := range s.watches {
 		for w := range set {
 			w.poke()
@@ -279,13 +303,14 @@ func (s *subscriber) disconnected(err error) {
 // reports whether a subscription was confirmed on c.
 func (s *subscriber) serve(ctx context.Context, c redis.Conn) (confirmed bool, err error) {
 	s.mu.Lock()
-	s.conn = c
+	s.conn, s.queue, s.kick = c, nil, make(chan struct{}, 1)
+	kick := s.kick
 	for key := range s.watches {
 		s.sendLocked("SUBSCRIBE", key)
 	}
 	s.mu.Unlock()
 	idle := make(chan struct{})
-	stopPing := s.keepAlive(ctx, c, idle)
+	stopPing := s.keepAlive(ctx, c, kick, idle)
 	defer func() {
 		stopPing()
 		_ = c.Close()
@@ -312,9 +337,10 @@ func (s *subscriber) serve(ctx context.Context, c redis.Conn) (confirmed bool, e
 	}
 }
 
-// keepAlive pings c every watchPing while keys are watched, and closes it (after
-// closing idle) when none is, or when ctx ends. The returned func stops it.
-func (s *subscriber) keepAlive(ctx context.Context, c redis.Conn, idle chan struct{}) (stop func()) {
+// keepAlive writes the commands queued for c when kicked, pings c every
+// watchPing while keys are watched, and closes it (after closing idle) when none
+// is, or when ctx ends. The returned func stops it.
+func (s *subscriber) keepAlive(ctx context.Context, c redis.Conn, kick, idle chan struct{}) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -327,6 +353,8 @@ func (s *subscriber) keepAlive(ctx context.Context, c redis.Conn, idle chan stru
 			case <-ctx.Done():
 				_ = c.Close() // unblocks the receive
 				return
+			case <-kick:
+				s.flushQueue(c)
 			case <-t.C:
 				s.mu.Lock()
 				none := len(s.watches) == 0

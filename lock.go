@@ -43,13 +43,14 @@ func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, fenceKey := c.keys(resource)
+	key, fenceKey := c.lockKey(resource), FenceKey(c.cfg.prefix, resource)
 	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
 }
 
 // acquireOn is the acquisition's call on one node.
-func (l *Lock) acquireOn(ctx context.Context, _ int, n node.Node) (node.Acquired, bool, error) {
+func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
 	a, err := n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
+	l.c.health.observe(i, err, l.c.cfg.clock.Now())
 	return a, a.OK, err
 }
 

@@ -28,10 +28,16 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held (read) while background work is started
 	closed bool
 	bg     sync.WaitGroup
+	stop   chan struct{} // closed by Close: background probes end
+
+	breakers []*breaker // per node; nil for a node without a breaker (health.go)
 
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
+
+	health    *health              // nodes that failed lately, skipped as gates
+	contended map[string]time.Time // resources refused lately (guarded by qmu)
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -52,7 +58,15 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}}, nil
+	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
+		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
+		health: newHealth(len(nodes)), contended: map[string]time.Time{}}
+	for i, n := range nodes {
+		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
+			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
+		}
+	}
+	return c, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -153,6 +167,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	close(c.stop)
 	c.bg.Wait()
 	if !c.owned {
 		return nil
@@ -219,27 +234,35 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 		}
 	}()
 	var last *QuorumError
+	p := c.newPace(resource)
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
 		if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, lc)
+			l, err := c.try(ctx, resource, lc, p.gated)
 			if err == nil {
 				return l, nil
 			}
 			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
 				return nil, err // bad input, closed client, failed fencing: retrying cannot help
 			}
+			p.failed(c, resource, last)
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
-				// again at once (it may have been released while we subscribed).
-				rw = c.watchReleases(ctx, key(c, resource))
+				// again at once (it may have been released while we
+				// subscribed), through the gate, as other waiters may too.
+				rw = c.watchReleases(ctx, c.lockKey(resource))
+				p.gated = true
 				continue
 			}
 		}
 		// Woken by a release, or after a backoff with full jitter in case a
-		// notification was lost (a node down, a lease that simply expired).
+		// notification was lost (a node down, a lease that simply expired)
+		// or the votes split.
 		woken, err := waitRetry(ctx, rw, local, backoff(lc.retryMin, lc.retryMax, attempt))
+		if err == nil {
+			err = p.woken(ctx, woken, rw)
+		}
 		if err != nil {
 			if last == nil {
 				return nil, c.failed("acquire", resource, ErrNotAcquired, err)
@@ -247,8 +270,8 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 			last.Cause = err
 			return nil, last
 		}
-		if woken {
-			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")
+		if woken != wokeTimer {
+			c.log(ctx, slog.LevelDebug, "waiter woken by a release", c.lockKey(resource), "")
 		}
 	}
 }
@@ -262,11 +285,11 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 	}
 	if h := c.cfg.hooks.OnAcquire; h != nil {
 		start := c.cfg.clock.Now()
-		l, err := c.try(ctx, resource, lc)
+		l, err := c.try(ctx, resource, lc, false)
 		h(AcquireEvent{Resource: resource, Acquired: err == nil, Wait: c.cfg.clock.Now().Sub(start), Attempts: 1, Err: err})
 		return l, err
 	}
-	return c.try(ctx, resource, lc)
+	return c.try(ctx, resource, lc, false)
 }
 
 func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, error) {
@@ -305,19 +328,12 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return mrand.N(bound) + 1 // never zero: a retry always yields
 }
 
-func key(c *Client, resource string) string {
-	k, _ := c.keys(resource)
-	return k
-}
+// lockKey returns the lock key of resource under the client's prefix.
+func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, resource) }
 
-// keys returns the lock key and the fence-counter key of resource.
-func (c *Client) keys(resource string) (lockKey, fenceKey string) {
-	lockKey = c.cfg.prefix + "{" + resource + "}"
-	return lockKey, lockKey + ":fence"
-}
-
-// try is one acquisition attempt.
-func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+// try is one acquisition attempt; gated, it asks the gate node first (see
+// contend.go).
+func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated bool) (*Lock, error) {
 	end, err := c.begin()
 	if err != nil {
 		return nil, err
@@ -331,18 +347,30 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		return nil, err
 	}
 	start := c.cfg.clock.Now()
-	call := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler}.start(ctx, c)
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
-	// even if the caller would wait longer, and release what was taken.
+	// even if the caller would wait longer, and release what was taken. A
+	// split vote stops the wait earlier.
 	wctx, cancel := context.WithTimeout(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
-	o := call.Wait(wctx)
-	cancel()
+	defer cancel()
+	sctx, split := watchSplit(wctx)
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
+	if gated && len(c.nodes) >= 3 {
+		rd.call = c.gated(l.key, l.acquireOn)
+	}
+	call := rd.start(ctx, c)
+	o := call.Wait(sctx)
+	splitVote := !o.Decided && sctx.Err() != nil && wctx.Err() == nil
+	split.stop()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
 		c.abandonAcquire(call.Call, l)
-		qe := call.fail(ctx, resource, ErrNotAcquired, o, errLeaseOutlived)
+		undecided := errLeaseOutlived
+		if splitVote {
+			undecided = errSplitVote
+		}
+		qe := call.fail(ctx, resource, ErrNotAcquired, o, undecided)
 		if o.Success {
 			qe.Validity = validity
 		}
@@ -382,11 +410,28 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 }
 
 // releaseDetached releases key on node i on a context of its own, bounded by the
-// node timeout: cleanup that the caller's cancellation cannot cut short.
+// node timeout: cleanup that the caller's cancellation cannot cut short. For a
+// node whose breaker is open, the release waits (bounded, deduplicated) until
+// the node answers again.
 func (c *Client) releaseDetached(i int, key, token string, notify bool) {
+	if b := c.breakers[i]; b != nil && b.deferRelease(key, token, notify) {
+		return
+	}
+	c.releaseNow(i, key, token, notify)
+}
+
+// releaseNow sends a cleanup release to node i through its breaker.
+func (c *Client) releaseNow(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.nodes[i].Release(ctx, key, token, notify); err != nil {
+	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
+		ok, err := n.Release(ctx, key, token, notify)
+		return ok, ok, err
+	})
+	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {
+		return
+	}
+	if err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

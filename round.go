@@ -31,6 +31,9 @@ type round[T any] struct {
 	// undo, if set, is called for every node i whose reply is unsettled once
 	// the round was abandoned (quorum.Call.Abandon).
 	undo func(i int, r quorum.Reply[T])
+	// onReply, if set, sees every reply (j is a position in idx), after the
+	// OnNodeReply hook.
+	onReply func(j int, r quorum.Reply[T])
 }
 
 // flight is a round in flight.
@@ -53,9 +56,14 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 		r.timeout = c.cfg.nodeTimeout
 	}
 	opts := quorum.Options[T]{Need: r.need, Go: c.spawn, Now: c.cfg.clock.Now}
-	if h := c.cfg.hooks.OnNodeReply; h != nil {
+	if h := c.cfg.hooks.OnNodeReply; h != nil || r.onReply != nil {
 		opts.OnReply = func(j int, rep quorum.Reply[T]) {
-			h(NodeReplyEvent{Node: c.nodes[r.idx[j]].Name(), Op: r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
+			if h != nil {
+				h(NodeReplyEvent{Node: c.nodes[r.idx[j]].Name(), Op: r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
+			}
+			if r.onReply != nil {
+				r.onReply(j, rep)
+			}
 		}
 	}
 	if r.undo != nil {
@@ -64,8 +72,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	call := quorum.Start(context.WithoutCancel(ctx), len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
-		i := r.idx[j]
-		return r.call(ctx, i, c.nodes[i])
+		return callNode(c, ctx, r.idx[j], r.call)
 	}, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }

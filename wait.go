@@ -98,15 +98,23 @@ type releaseWatch struct {
 	done   chan struct{}
 }
 
-// watchReleases subscribes to key's release notifications on all nodes at once
-// and returns as soon as one node confirmed its subscription (or all failed, or
-// the node timeout passed): from then on a release is not missed.
+// watchReleases subscribes to key's release notifications and returns as soon
+// as one node confirmed its subscription (or all failed, or the node timeout
+// passed): from then on a release is not missed. With three nodes or more it
+// listens to the gate node only (see contend.go): that is where a woken waiter
+// goes first, every release is notified there once, and a waiter is not woken
+// N times per release; a gate that fails leaves waiters to their backoff, and
+// the gate then moves. Otherwise it listens to every node.
 func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
+	nodes := c.nodes
+	if len(nodes) >= 3 {
+		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
+	}
 	var watchers []node.Watcher
-	for _, nd := range c.nodes {
+	for _, nd := range nodes {
 		if w, ok := nd.(node.Watcher); ok {
 			watchers = append(watchers, w)
 		}
@@ -152,6 +160,14 @@ func (c *Client) watchReleases(ctx context.Context, key string) *releaseWatch {
 	return rw
 }
 
+// drain drops a pending notification.
+func (rw *releaseWatch) drain() {
+	select {
+	case <-rw.notify:
+	default:
+	}
+}
+
 // stop ends the watch.
 func (rw *releaseWatch) stop() {
 	close(rw.done)
@@ -163,9 +179,18 @@ func (rw *releaseWatch) stop() {
 	}
 }
 
+// wake says what ended a wait for a retry.
+type wake int
+
+const (
+	wokeTimer  wake = iota // the backoff ran out
+	wokeRemote             // a node notified a release (another client's, most likely)
+	wokeLocal              // a lock of this client was released
+)
+
 // waitRetry waits for a release notification from the nodes or from this
-// client (woken), the backoff timer, or ctx.
-func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (woken bool, err error) {
+// client, the backoff timer, or ctx.
+func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (wake, error) {
 	t := time.NewTimer(backoff)
 	defer t.Stop()
 	var notify <-chan struct{}
@@ -174,12 +199,12 @@ func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, bac
 	}
 	select {
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return wokeTimer, ctx.Err()
 	case <-t.C:
-		return false, nil
+		return wokeTimer, nil
 	case <-notify:
-		return true, nil
+		return wokeRemote, nil
 	case <-local:
-		return true, nil
+		return wokeLocal, nil
 	}
 }

@@ -97,7 +97,56 @@ func (rep *Report) Targets() []Target {
 		t.Measured = fmt.Sprintf("%s vs %s ms (%.2f×, healthy: `%s`)", ms(a.P50), ms(b.P50), ratio, b.Scenario)
 	}
 	out = append(out, t)
-	return out
+	return append(out, rep.clientTargets()...)
+}
+
+// clientTargets evaluates issue 14's targets on the separate-clients
+// scenarios: acquisitions/s ≥ 1.5× go-redsync at N=3 and 5, ≤ 3N commands per
+// acquisition, fairness ≥ 0.8, handoff p50 ≤ 1 ms at N=5, and with 1 of 3
+// nodes paused ≥ 0.7× the healthy acquisitions/s.
+func (rep *Report) clientTargets() []Target {
+	var out []Target
+	for _, n := range []int{3, 5} {
+		t := Target{Name: fmt.Sprintf("separate clients: acquisitions/s ≥ 1.5× go-redsync, N=%d", n)}
+		a, ok1 := rep.Find(ScenarioClients, LibRedlock, n)
+		b, ok2 := rep.Find(ScenarioClients, LibRedsync, n)
+		if ok1 && ok2 && b.OpsPerSec > 0 {
+			r := a.OpsPerSec / b.OpsPerSec
+			t.Known, t.Met = true, r >= 1.5
+			t.Measured = fmt.Sprintf("%s vs %s acq/s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), r)
+		}
+		out = append(out, t)
+	}
+	for _, n := range []int{1, 3, 5} {
+		a, ok := rep.Find(ScenarioClients, LibRedlock, n)
+		t := Target{Name: fmt.Sprintf("separate clients: ≤ 3N server commands per acquisition (script internals included), N=%d", n)}
+		if ok && !math.IsNaN(a.CmdsPerOp) {
+			t.Known, t.Met = true, a.CmdsPerOp <= float64(3*n)
+			t.Measured = fmt.Sprintf("%.1f (3N = %d)", a.CmdsPerOp, 3*n)
+		}
+		out = append(out, t)
+		t = Target{Name: fmt.Sprintf("separate clients: fairness ≥ 0.8, N=%d", n)}
+		if ok && !math.IsNaN(a.Fairness) {
+			t.Known, t.Met = true, a.Fairness >= 0.8
+			t.Measured = fmt.Sprintf("%.2f", a.Fairness)
+		}
+		out = append(out, t)
+	}
+	t := Target{Name: "separate clients: handoff p50 ≤ 1 ms, N=5"}
+	if a, ok := rep.Find(ScenarioClients, LibRedlock, 5); ok && a.Samples > 0 {
+		t.Known, t.Met = true, a.P50 <= time.Millisecond
+		t.Measured = ms(a.P50) + " ms"
+	}
+	out = append(out, t)
+	t = Target{Name: "separate clients, 1 of 3 nodes paused: acquisitions/s ≥ 0.7× healthy"}
+	a, ok1 := rep.Find(ScenarioClientsPaused, LibRedlock, 3)
+	b, ok2 := rep.Find(ScenarioClientsHealthy, LibRedlock, 3)
+	if ok1 && ok2 && b.OpsPerSec > 0 {
+		r := a.OpsPerSec / b.OpsPerSec
+		t.Known, t.Met = true, r >= 0.7
+		t.Measured = fmt.Sprintf("%s vs %s acq/s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), r)
+	}
+	return append(out, t)
 }
 
 // ms formats a duration in milliseconds with 3 significant-ish digits.
@@ -169,7 +218,7 @@ func (rep *Report) vsRedsync(r Result) string {
 		return lat + ", allocs " + ratio(r.AllocsPerOp, b.AllocsPerOp)
 	case ScenarioThroughput:
 		return "ops/s " + ratio(r.OpsPerSec, b.OpsPerSec) + ", " + lat
-	case ScenarioContended:
+	case ScenarioContended, ScenarioClients:
 		return "acq/s " + ratio(r.OpsPerSec, b.OpsPerSec) + ", handoff " + lat
 	default:
 		return lat
@@ -197,6 +246,10 @@ var summaryMetrics = []struct {
 	{"contended handoff p50", ScenarioContended, func(r Result) float64 { return float64(r.P50) }},
 	{"contended acquisitions/s", ScenarioContended, func(r Result) float64 { return r.OpsPerSec }},
 	{"contended fairness (min/max share)", ScenarioContended, func(r Result) float64 { return r.Fairness }},
+	{"separate clients: handoff p50", ScenarioClients, func(r Result) float64 { return float64(r.P50) }},
+	{"separate clients: acquisitions/s", ScenarioClients, func(r Result) float64 { return r.OpsPerSec }},
+	{"separate clients: fairness (min/max share)", ScenarioClients, func(r Result) float64 { return r.Fairness }},
+	{"separate clients: server commands per acquisition", ScenarioClients, func(r Result) float64 { return r.CmdsPerOp }},
 	{"1 of 5 paused, p50", ScenarioPaused, func(r Result) float64 { return float64(r.P50) }},
 	{"1 of 5 killed, p50", ScenarioKilled, func(r Result) float64 { return float64(r.P50) }},
 }
@@ -243,7 +296,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	}
 	p("- **Command** (run from the repository root; the whole run took %s):\n\n  ```sh\n  %s\n  ```\n\n", rep.Took.Round(time.Second), rep.Command)
 
-	p("## Targets (issue 7)\n\n| target | measured | met |\n|---|---|---|\n")
+	p("## Targets (issues 7 and 14)\n\n| target | measured | met |\n|---|---|---|\n")
 	for _, t := range rep.Targets() {
 		met := "n/a"
 		if t.Known {
@@ -274,7 +327,7 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	}
 
 	p("\n## Results\n\n")
-	p("Latencies in ms. For `contended` the latency is the handoff (a holder starts releasing → another goroutine's Lock returns) and ops/s counts acquisitions. ")
+	p("Latencies in ms. For `contended` and the separate-clients rows the latency is the handoff (a holder starts releasing → another goroutine's Lock returns), ops/s counts acquisitions and cmds/op is per acquisition. ")
 	p("Ratios are this row ÷ go-redsync at the same N (bsm/redislock: N=1): below 1 is better for latency and allocations, above 1 for ops/s.\n\n")
 	p("| scenario | library | N | p50 | p99 | ops/s | fairness min/max | allocs/op | B/op | cmds/op | CPU µs/op client + servers | samples | errors | vs go-redsync |\n")
 	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")

@@ -40,13 +40,43 @@ func fakeReport() *bench.Report {
 	return rep
 }
 
+// TestClientTargets checks issue 14's targets on separate-clients results.
+func TestClientTargets(t *testing.T) {
+	rep := &bench.Report{}
+	add := func(scenario, lib string, n int, opsPerSec, cmds, fair float64, p50 time.Duration) {
+		rep.Results = append(rep.Results, bench.Result{Scenario: scenario, Lib: lib, N: n, Ops: 100, Samples: 99,
+			OpsPerSec: opsPerSec, CmdsPerOp: cmds, Fairness: fair, P50: p50})
+	}
+	for _, n := range []int{1, 3, 5} {
+		add(bench.ScenarioClients, bench.LibRedlock, n, 3000, float64(2*n), 0.9, 800*time.Microsecond)
+		add(bench.ScenarioClients, bench.LibRedsync, n, 1000, float64(4*n), 0.5, 2*time.Millisecond)
+	}
+	add(bench.ScenarioClientsHealthy, bench.LibRedlock, 3, 1000, 6, 0.9, time.Millisecond)
+	add(bench.ScenarioClientsPaused, bench.LibRedlock, 3, 600, 6, 0.9, time.Millisecond)
+	got := rep.Targets()[5:]
+	if len(got) != 10 {
+		t.Fatalf("%d client targets, want 10", len(got))
+	}
+	for i, tg := range got {
+		want := i != len(got)-1 // all met but the paused one (0.6×)
+		if !tg.Known || tg.Met != want {
+			t.Errorf("target %q: known=%v met=%v (%s), want met=%v", tg.Name, tg.Known, tg.Met, tg.Measured, want)
+		}
+	}
+}
+
 func TestTargets(t *testing.T) {
 	got := fakeReport().Targets()
 	want := []bool{true, true, true, false, true} // N=1, 3, 5 latency; N=5 throughput 1.5×; paused 1.2×
-	if len(got) != len(want) {
-		t.Fatalf("%d targets, want %d", len(got), len(want))
+	if len(got) != len(want)+10 {
+		t.Fatalf("%d targets, want %d", len(got), len(want)+10)
 	}
-	for i, tg := range got {
+	for _, tg := range got[len(want):] {
+		if tg.Known { // the fake report has no separate-clients results
+			t.Errorf("target %q known without results: %+v", tg.Name, tg)
+		}
+	}
+	for i, tg := range got[:len(want)] {
 		if !tg.Known || tg.Met != want[i] {
 			t.Errorf("target %q: known=%v met=%v (%s), want met=%v", tg.Name, tg.Known, tg.Met, tg.Measured, want[i])
 		}

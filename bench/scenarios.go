@@ -19,6 +19,11 @@ const (
 	ScenarioHealthyRef = "5 of 5 healthy (ref)"
 	ScenarioPaused     = "1 of 5 paused"
 	ScenarioKilled     = "1 of 5 killed"
+	// Separate clients of one library contending for one key.
+	ScenarioClients = "contended, separate clients"
+	// Separate clients at N=3, healthy and with one node paused.
+	ScenarioClientsHealthy = "separate clients, 3 of 3 healthy (ref)"
+	ScenarioClientsPaused  = "separate clients, 1 of 3 paused"
 )
 
 // Result is what one scenario measured for one library at one N.
@@ -404,82 +409,117 @@ func runLoops(ctx context.Context, l Locker, goroutines int, d time.Duration, pr
 	wg.Wait()
 }
 
-// ContendedConfig shapes the contended scenario.
+// ContendedConfig shapes the contended scenarios.
 type ContendedConfig struct {
-	// Goroutines contend for one key.
+	// Goroutines contend for one key. With several lockers (ContendedClients)
+	// each goroutine has a locker of its own and this field is ignored.
 	Goroutines int
 	// Duration of the run.
 	Duration time.Duration
 	// Hold is how long a goroutine keeps the lock.
 	Hold time.Duration
+	// Commands, if set, counts the servers' commands over the run.
+	Commands Counter
 }
 
-// Contended runs cfg.Goroutines goroutines on one shared key. Each, in a loop,
-// calls Lock (retrying with the library's own policy), holds the lock for
-// cfg.Hold, releases it, and waits until another goroutine has taken it before
-// asking again: every release is thus handed to a contender that was already
-// waiting, and the releaser never competes for its own lock. It reports the
-// handoff latency (from the moment a holder starts releasing to the moment the
-// next holder's Lock returns), acquisitions per second, and fairness (fewest
-// acquisitions of one goroutine divided by the most).
+// Contended runs cfg.Goroutines goroutines on one shared key, all through one
+// locker. Each, in a loop, calls Lock (retrying with the library's own
+// policy), holds the lock for cfg.Hold, releases it, and waits until another
+// goroutine has taken it before asking again: every release is thus handed to
+// a contender that was already waiting, and the releaser never competes for
+// its own lock. It reports the handoff latency (from the moment a holder
+// starts releasing to the moment the next holder's Lock returns),
+// acquisitions per second, and fairness (fewest acquisitions of one goroutine
+// divided by the most).
 func Contended(ctx context.Context, l Locker, cfg ContendedConfig) Result {
-	r := newResult(ScenarioContended, l)
-	key := "contended"
-	end := time.Now().Add(cfg.Duration)
-	lctx, cancel := context.WithDeadline(ctx, end)
-	defer cancel()
+	lockers := make([]Locker, cfg.Goroutines)
+	for g := range lockers {
+		lockers[g] = l
+	}
+	return contend(ctx, ScenarioContended, lockers, cfg)
+}
 
-	var (
-		mu       sync.Mutex
-		holders  int
-		relStart time.Time
-		pending  bool                  // a release started and nobody acquired since
-		taken    = make(chan struct{}) // closed at the next acquisition
-		handoffs []time.Duration
-		counts   = make([]int, cfg.Goroutines)
-	)
+// ContendedClients is Contended with one goroutine per locker: separate
+// clients of one library, as separate services would be, contending for one
+// key. Their waiters cannot queue in-process; only the library's waking and
+// retrying decide who gets the lock next.
+func ContendedClients(ctx context.Context, scenario string, lockers []Locker, cfg ContendedConfig) Result {
+	return contend(ctx, scenario, lockers, cfg)
+}
+
+// handoffs records the acquisitions of a contended run.
+type handoffs struct {
+	mu       sync.Mutex
+	r        *Result
+	holders  int
+	relStart time.Time
+	pending  bool          // a release started and nobody acquired since
+	taken    chan struct{} // closed at the next acquisition
+	lat      []time.Duration
+	counts   []int
+}
+
+// acquired records goroutine g's acquisition at now.
+func (h *handoffs) acquired(g int, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holders++
+	if h.holders > 1 {
+		h.r.Overlaps++
+	}
+	if h.pending {
+		h.lat = append(h.lat, now.Sub(h.relStart))
+	}
+	h.pending = false
+	h.counts[g]++
+	close(h.taken)
+	h.taken = make(chan struct{})
+}
+
+// releasing records that a holder starts releasing; the returned channel is
+// closed at the next acquisition.
+func (h *handoffs) releasing() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holders--
+	h.relStart, h.pending = time.Now(), true
+	return h.taken
+}
+
+func (h *handoffs) fail(err error) {
+	h.mu.Lock()
+	h.r.fail(err)
+	h.mu.Unlock()
+}
+
+// contend runs one goroutine per entry of lockers on one shared key (see
+// Contended).
+func contend(ctx context.Context, scenario string, lockers []Locker, cfg ContendedConfig) Result {
+	r := newResult(scenario, lockers[0])
+	key := "contended"
+	lctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	h := &handoffs{r: &r, taken: make(chan struct{}), counts: make([]int, len(lockers))}
+	cmds0 := cfg.Commands.count()
 	start := time.Now()
 	var wg sync.WaitGroup
-	for g := 0; g < cfg.Goroutines; g++ {
+	for g, l := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for lctx.Err() == nil {
-				h, err := l.Lock(lctx, key)
-				now := time.Now()
+				held, err := l.Lock(lctx, key)
 				if err != nil {
 					if lctx.Err() == nil {
-						mu.Lock()
-						r.fail(err)
-						mu.Unlock()
+						h.fail(err)
 					}
 					continue
 				}
-				mu.Lock()
-				holders++
-				if holders > 1 {
-					r.Overlaps++
-				}
-				if pending {
-					handoffs = append(handoffs, now.Sub(relStart))
-				}
-				pending = false
-				counts[g]++
-				close(taken)
-				taken = make(chan struct{})
-				mu.Unlock()
-
+				h.acquired(g, time.Now())
 				sleep(cfg.Hold)
-
-				mu.Lock()
-				holders--
-				relStart, pending = time.Now(), true
-				next := taken
-				mu.Unlock()
-				if err := h.Release(ctx); err != nil {
-					mu.Lock()
-					r.fail(fmt.Errorf("release: %w", err))
-					mu.Unlock()
+				next := h.releasing()
+				if err := held.Release(ctx); err != nil {
+					h.fail(fmt.Errorf("release: %w", err))
 				}
 				select { // let a waiting contender take it
 				case <-next:
@@ -490,12 +530,16 @@ func Contended(ctx context.Context, l Locker, cfg ContendedConfig) Result {
 	}
 	wg.Wait()
 	r.Elapsed = time.Since(start)
-	for _, c := range counts {
+	cmds1 := cfg.Commands.count()
+	for _, c := range h.counts {
 		r.Ops += c
 	}
-	r.setFairness(counts)
+	if cmds0 >= 0 && cmds1 >= 0 {
+		r.setCmds(cmds1 - cmds0)
+	}
+	r.setFairness(h.counts)
 	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
-	r.setLatencies(handoffs)
+	r.setLatencies(h.lat)
 	return r
 }
 

@@ -96,6 +96,33 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestContendedClients runs the separate-clients scenario: every client gets
+// the lock in turn, nobody overlaps, and the commands are counted.
+func TestContendedClients(t *testing.T) {
+	cl := cluster(t)
+	for _, c := range benchConfigs {
+		var ls []bench.Locker
+		for range 3 {
+			l, err := bench.NewLocker(c.lib, cl.Addrs(c.n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ls = append(ls, l)
+		}
+		counter := func() (int64, error) { return cl.Commands(c.n) }
+		r := bench.ContendedClients(context.Background(), bench.ScenarioClients, ls,
+			bench.ContendedConfig{Duration: 300 * time.Millisecond, Commands: counter})
+		if r.Errors > 0 || r.Overlaps > 0 || r.Ops == 0 || math.IsNaN(r.Fairness) || r.Samples == 0 || math.IsNaN(r.CmdsPerOp) || r.CmdsPerOp < 1 {
+			t.Errorf("%s N=%d: ops=%d errors=%d (%v) overlaps=%d fairness=%v handoffs=%d cmds/op=%v",
+				c.lib, c.n, r.Ops, r.Errors, r.FirstErr, r.Overlaps, r.Fairness, r.Samples, r.CmdsPerOp)
+		}
+		if err := cl.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func ping(s *bench.Server, timeout time.Duration) error {
 	c, err := redis.Dial("tcp", s.Addr(), redis.DialConnectTimeout(timeout),
 		redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout))

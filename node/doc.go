@@ -7,4 +7,16 @@
 // the application already has (FromPool). The scripts live in .lua files embedded
 // in the binary and are sent with EVALSHA, falling back to EVAL when the server
 // answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+//
+// # Hostile or broken nodes
+//
+// Connections made by Dial read replies through a guard that validates every RESP
+// header before redigo sees it: a bulk string or array longer than the limits
+// (DefaultMaxReplyBytes = 4 MiB per reply, DefaultMaxReplyElements = 65536 array
+// elements per reply, arrays nested at most MaxReplyDepth = 8 deep; see
+// WithReplyLimits) or a malformed header fails the call with ErrReplyTooLarge or
+// ErrMalformedReply and closes the connection, before anything is allocated for
+// it. The goroutines that read replies recover from panics, turning them into a
+// connection error. FuzzReplyGuard (with its seed corpus in testdata/) checks the
+// guard against arbitrary input.
 package node

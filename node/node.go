@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,8 @@ type config struct {
 	conns   int
 	tls     *tls.Config
 	name    string
+	limits  replyLimits // WithReplyLimits (guard.go)
+	log     *slog.Logger
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 	instances  *Instances  // WithInstances (instance.go); nil when off
@@ -123,6 +126,14 @@ func WithName(name string) Option {
 		c.name = name
 		return nil
 	})
+}
+
+// WithLogger sets a logger for what happens in the background, where no call
+// can return an error: the release-notification subscriber logs a warning once
+// when notifications become unavailable (and waiters poll), and once when they
+// are restored. Off by default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error { c.log = l; return nil })
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -209,21 +220,14 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	dialOpts := []redis.DialOption{
-		redis.DialConnectTimeout(cfg.timeout),
-		redis.DialReadTimeout(cfg.timeout),
-		redis.DialWriteTimeout(cfg.timeout),
-		redis.DialUsername(u.Username),
-		redis.DialPassword(u.Password),
-		redis.DialDatabase(u.DB),
-		redis.DialUseTLS(u.TLS()),
-		redis.DialTLSConfig(cfg.tls),
-	}
-	addr := u.Addr()
+	target := targetFromURL(u, cfg.tls, cfg.timeout)
+	target.limits = cfg.limits
 	dial := func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialContext(ctx, "tcp", addr, dialOpts...)
+		c, err := dialConn(ctx, target)
 		if err == nil && cfg.instances != nil {
-			err = cfg.instances.dialed(ctx, name, c)
+			if err = cfg.instances.dialed(ctx, name, c); err != nil {
+				c.Close()
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -233,8 +237,8 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 		}
 		return cfg.quarantine.dialed(ctx, c)
 	}
-	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial), quarantine: cfg.quarantine}
-	r.mux = newMux(cfg.conns, max(4*cfg.timeout, 2*time.Second), dial)
+	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
+	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
 	return r, nil
 }
 
@@ -259,7 +263,7 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial)}, nil
+	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log)}, nil
 }
 
 // Name returns the node's name.

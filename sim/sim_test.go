@@ -252,6 +252,39 @@ func TestSimHeld(t *testing.T) {
 	}
 }
 
+// TestSimHeldBreaker runs held schedules with the clients' node circuit
+// breakers on: failing fast on a node that timed out, and deferring cleanup
+// releases until it answers a probe, keep the lock safe.
+func TestSimHeldBreaker(t *testing.T) {
+	p := heldProfile
+	p.Name, p.Breaker = "held-breaker", true
+	if *flagSeed != 0 {
+		if res := replay(t, "^TestSimHeldBreaker$", p); res.Violations() > 0 {
+			t.Errorf("seed %d: %d violations", *flagSeed, res.Violations())
+		}
+		return
+	}
+	n := *flagSchedules
+	if n <= 0 {
+		n = 500
+		if testing.Short() {
+			n = 200
+		}
+	}
+	b := runMany(t, p, n, func(r *sim.Result) bool { return r.Violations() > 0 })
+	b.log(t)
+	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held breakers=on violations=%d", b.schedules, b.violations))
+	for i, res := range b.failed {
+		if i == 3 {
+			break
+		}
+		report(t, "^TestSimHeldBreaker$", res)
+	}
+	if b.violations > 0 {
+		t.Errorf("%d violations in %d schedules within the preconditions, breakers on", b.violations, b.schedules)
+	}
+}
+
 // TestSimHeldSensitivity shows that TestSimHeld can fail: the same held
 // schedules, but the clients assume a drift factor ten times too small
 // (0.001 instead of the 0.01 the node clocks stay within). The lock then

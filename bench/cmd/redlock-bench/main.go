@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,10 @@ type flags struct {
 	profileLib      string
 	profileOnly     bool
 	rounds          int
+	clients         int
+	clientsDuration time.Duration
+	clientsHold     time.Duration
+	phases          string
 }
 
 func main() {
@@ -69,13 +74,17 @@ func main() {
 	flag.DurationVar(&f.contended, "contended", 3*time.Second, "time of each contended run")
 	flag.IntVar(&f.contenders, "contenders", 8, "goroutines of the contended scenario")
 	flag.DurationVar(&f.hold, "hold", time.Millisecond, "how long a contender holds the lock")
+	flag.IntVar(&f.clients, "clients", 8, "separate clients of the separate-clients scenarios")
+	flag.DurationVar(&f.clientsDuration, "clients-duration", 3*time.Second, "time of each separate-clients run")
+	flag.DurationVar(&f.clientsHold, "clients-hold", 0, "how long a separate client holds the lock")
+	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all): sequential,throughput,contended,clients,clients-paused,paused,killed")
 	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
 	flag.BoolVar(&f.profileOnly, "profile-only", false, "with -cpuprofile: skip the benchmarks and the report, run only the profiled run")
 	flag.StringVar(&f.profileLib, "profile-lib", bench.LibRedlock, "library of the -cpuprofile run: "+bench.LibRedlock+" or "+bench.LibRedsync)
 	flag.Parse()
-	if flag.NArg() > 0 || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.duration <= 0 || f.contended <= 0 {
+	if flag.NArg() > 0 || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -94,6 +103,16 @@ var configs = []config{
 	{bench.LibRedlock, 1}, {bench.LibRedsync, 1}, {bench.LibRedislock, 1},
 	{bench.LibRedlock, 3}, {bench.LibRedsync, 3},
 	{bench.LibRedlock, 5}, {bench.LibRedsync, 5},
+}
+
+// runner holds what every phase of a run shares.
+type runner struct {
+	f   flags
+	ctx context.Context
+	cl  *bench.Cluster
+	rep *bench.Report
+	// seq is a sequential run's configuration, seqRound one round's of it.
+	seq, seqRound bench.SequentialConfig
 }
 
 func run(f flags) error {
@@ -117,166 +136,28 @@ func run(f flags) error {
 		}
 		return profiled(ctx, cl, f)
 	}
-
-	// once runs fn on a fresh locker of lib over the first n servers.
-	once := func(lib string, n int, fn func(bench.Locker) bench.Result) (bench.Result, error) {
-		if err := ctx.Err(); err != nil {
-			return bench.Result{}, err
+	r := &runner{f: f, ctx: ctx, cl: cl, rep: rep}
+	r.seq = bench.SequentialConfig{Warmup: f.warmup, Iterations: f.iters, MaxTime: f.maxSeq, OpTimeout: 10 * time.Second}
+	r.seqRound = r.seq
+	r.seqRound.Iterations, r.seqRound.MaxTime = ceilDiv(f.iters, f.rounds), f.maxSeq/time.Duration(f.rounds)
+	phases := []struct {
+		name string
+		run  func() error
+	}{{"sequential", r.sequential}, {"throughput", r.throughput}, {"contended", r.contended}, {"clients", r.clients},
+		{"clients-paused", r.clientsPaused}, {"paused", r.paused}, {"killed", r.killed}}
+	for _, p := range phases {
+		if f.phases != "" && !slices.Contains(strings.Split(f.phases, ","), p.name) {
+			continue
 		}
-		if err := cl.Flush(); err != nil {
-			return bench.Result{}, err
-		}
-		l, err := bench.NewLocker(lib, cl.Addrs(n))
-		if err != nil {
-			return bench.Result{}, err
-		}
-		runtime.GC()
-		r := fn(l)
-		if err := l.Close(); err != nil {
-			log.Printf("%s N=%d: close: %v", lib, n, err)
-		}
-		return r, nil
-	}
-	// measure runs fn once and reports the result.
-	measure := func(lib string, n int, fn func(bench.Locker) bench.Result) error {
-		r, err := once(lib, n, fn)
-		if err != nil {
+		if err := p.run(); err != nil {
 			return err
 		}
-		logResult(r)
-		rep.Results = append(rep.Results, r)
-		return nil
-	}
-	// interleaved runs fn for every configuration, f.rounds times in turn on the
-	// same lockers, and merges each configuration's rounds: a drift of the
-	// machine during the run then weighs on every library alike.
-	interleaved := func(fn func(l bench.Locker) bench.Result) error {
-		lockers := make([]bench.Locker, len(configs))
-		defer func() {
-			for _, l := range lockers {
-				if l != nil {
-					_ = l.Close()
-				}
-			}
-		}()
-		for i, c := range configs {
-			l, err := bench.NewLocker(c.lib, cl.Addrs(c.n))
-			if err != nil {
-				return err
-			}
-			lockers[i] = l
-		}
-		parts := make([][]bench.Result, len(configs))
-		for round := 0; round < f.rounds; round++ {
-			for i, l := range lockers {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if err := cl.Flush(); err != nil {
-					return err
-				}
-				runtime.GC()
-				parts[i] = append(parts[i], fn(l))
-			}
-		}
-		for i := range configs {
-			r := bench.Merge(parts[i]...)
-			logResult(r)
-			rep.Results = append(rep.Results, r)
-		}
-		return nil
-	}
-	seq := bench.SequentialConfig{Warmup: f.warmup, Iterations: f.iters, MaxTime: f.maxSeq, OpTimeout: 10 * time.Second}
-	seqRound := seq
-	seqRound.Iterations, seqRound.MaxTime = ceilDiv(f.iters, f.rounds), f.maxSeq/time.Duration(f.rounds)
-	counter := func(l bench.Locker) bench.Counter {
-		return func() (int64, error) { return cl.Commands(l.N()) }
-	}
-	if err := interleaved(func(l bench.Locker) bench.Result {
-		cfg := seqRound
-		cfg.Commands = counter(l)
-		return bench.Sequential(ctx, l, bench.ScenarioSequential, cfg)
-	}); err != nil {
-		return err
-	}
-	warmed := map[bench.Locker]bool{}
-	if err := interleaved(func(l bench.Locker) bench.Result {
-		warmup := f.tpWarmup / 4
-		if !warmed[l] {
-			warmup, warmed[l] = f.tpWarmup, true
-		}
-		return bench.Throughput(ctx, l, bench.ThroughputConfig{Goroutines: f.goroutines, Warmup: warmup,
-			Duration: f.duration / time.Duration(f.rounds), Commands: counter(l),
-			ServerCPU: func() (time.Duration, error) { return cl.CPUTime(l.N()) }})
-	}); err != nil {
-		return err
-	}
-	cc := bench.ContendedConfig{Goroutines: f.contenders, Duration: f.contended / time.Duration(f.rounds), Hold: f.hold}
-	if err := interleaved(func(l bench.Locker) bench.Result {
-		return bench.Contended(ctx, l, cc)
-	}); err != nil {
-		return err
-	}
-
-	// Faults on the fifth node: pause it, then kill it. Only the multi-node
-	// libraries at N=5 apply. redlock's paused runs alternate with healthy
-	// reference runs, so that the ratio compares like with like.
-	victim := cl.Servers[4]
-	sequential := func(scenario string, cfg bench.SequentialConfig) func(bench.Locker) bench.Result {
-		return func(l bench.Locker) bench.Result {
-			cfg.Commands = counter(l)
-			return bench.Sequential(ctx, l, scenario, cfg)
-		}
-	}
-	var refs, pauses []bench.Result
-	for round := 0; round < f.rounds; round++ {
-		r, err := once(bench.LibRedlock, 5, sequential(bench.ScenarioHealthyRef, seqRound))
-		if err != nil {
-			return err
-		}
-		refs = append(refs, r)
-		if err := victim.Pause(); err != nil {
-			return err
-		}
-		r, err = once(bench.LibRedlock, 5, sequential(bench.ScenarioPaused, seqRound))
-		if err := errors.Join(err, victim.Resume()); err != nil {
-			return err
-		}
-		pauses = append(pauses, r)
-	}
-	for _, r := range []bench.Result{bench.Merge(refs...), bench.Merge(pauses...)} {
-		logResult(r)
-		rep.Results = append(rep.Results, r)
-	}
-	peerPaused := seq
-	peerPaused.Warmup, peerPaused.Iterations = 0, f.peerPausedIters
-	if err := victim.Pause(); err != nil {
-		return err
-	}
-	err = measure(bench.LibRedsync, 5, func(l bench.Locker) bench.Result {
-		r := sequential(bench.ScenarioPaused, peerPaused)(l)
-		r.Capped = true
-		return r
-	})
-	if err := errors.Join(err, victim.Resume()); err != nil {
-		return err
-	}
-	victim.Kill()
-	for _, lib := range []string{bench.LibRedlock, bench.LibRedsync} {
-		if err := measure(lib, 5, sequential(bench.ScenarioKilled, seq)); err != nil {
-			return err
-		}
-	}
-
-	if err := victim.Restart(); err != nil {
-		return err
 	}
 	if f.cpuProfile != "" {
 		if err := profiled(ctx, cl, f); err != nil {
 			return err
 		}
 	}
-
 	rep.Took = time.Since(began)
 	if loadBefore != "" {
 		rep.Load = fmt.Sprintf("1/5/15-minute load average %s before the run, %s after (%d CPUs; the benchmark itself keeps about 2 busy)",
@@ -287,7 +168,246 @@ func run(f flags) error {
 	for _, t := range rep.Targets() {
 		log.Printf("target: %s: %s (met: %v)", t.Name, t.Measured, t.Met)
 	}
-	if f.docs == "" {
+	return write(rep, f.docs)
+}
+
+// lockers returns size fresh lockers of lib over the first n servers, after
+// emptying the servers.
+func (r *runner) lockers(lib string, n, size int) ([]bench.Locker, error) {
+	if err := r.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := r.cl.Flush(); err != nil {
+		return nil, err
+	}
+	var ls []bench.Locker
+	for range size {
+		l, err := bench.NewLocker(lib, r.cl.Addrs(n))
+		if err != nil {
+			closeAll(ls)
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+func closeAll(ls []bench.Locker) {
+	for _, l := range ls {
+		if l == nil {
+			continue
+		}
+		if err := l.Close(); err != nil {
+			log.Printf("%s N=%d: close: %v", l.Lib(), l.N(), err)
+		}
+	}
+}
+
+// once runs fn on size fresh lockers of lib over the first n servers.
+func (r *runner) once(lib string, n, size int, fn func([]bench.Locker) bench.Result) (bench.Result, error) {
+	ls, err := r.lockers(lib, n, size)
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer closeAll(ls)
+	runtime.GC()
+	return fn(ls), nil
+}
+
+// add logs results and adds them to the report.
+func (r *runner) add(results ...bench.Result) {
+	for _, res := range results {
+		logResult(res)
+		r.rep.Results = append(r.rep.Results, res)
+	}
+}
+
+// measure runs fn once on a fresh locker and reports the result.
+func (r *runner) measure(lib string, n int, fn func(bench.Locker) bench.Result) error {
+	res, err := r.once(lib, n, 1, func(ls []bench.Locker) bench.Result { return fn(ls[0]) })
+	if err != nil {
+		return err
+	}
+	r.add(res)
+	return nil
+}
+
+// interleaved runs fn for every configuration, f.rounds times in turn on the
+// same lockers (size of them per configuration), and merges each
+// configuration's rounds: a drift of the machine during the run then weighs on
+// every library alike.
+func (r *runner) interleaved(size int, fn func(ls []bench.Locker) bench.Result) error {
+	lockers := make([][]bench.Locker, len(configs))
+	defer func() {
+		for _, ls := range lockers {
+			closeAll(ls)
+		}
+	}()
+	for i, c := range configs {
+		for range size {
+			l, err := bench.NewLocker(c.lib, r.cl.Addrs(c.n))
+			if err != nil {
+				return err
+			}
+			lockers[i] = append(lockers[i], l)
+		}
+	}
+	parts := make([][]bench.Result, len(configs))
+	for round := 0; round < r.f.rounds; round++ {
+		for i, ls := range lockers {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			if err := r.cl.Flush(); err != nil {
+				return err
+			}
+			runtime.GC()
+			parts[i] = append(parts[i], fn(ls))
+		}
+	}
+	for i := range configs {
+		r.add(bench.Merge(parts[i]...))
+	}
+	return nil
+}
+
+// counter counts the commands of the servers l runs on.
+func (r *runner) counter(l bench.Locker) bench.Counter {
+	return func() (int64, error) { return r.cl.Commands(l.N()) }
+}
+
+// sequentialOn returns a sequential run of scenario with cfg.
+func (r *runner) sequentialOn(scenario string, cfg bench.SequentialConfig) func(bench.Locker) bench.Result {
+	return func(l bench.Locker) bench.Result {
+		cfg.Commands = r.counter(l)
+		return bench.Sequential(r.ctx, l, scenario, cfg)
+	}
+}
+
+func (r *runner) sequential() error {
+	run := r.sequentialOn(bench.ScenarioSequential, r.seqRound)
+	return r.interleaved(1, func(ls []bench.Locker) bench.Result { return run(ls[0]) })
+}
+
+func (r *runner) throughput() error {
+	warmed := map[bench.Locker]bool{}
+	return r.interleaved(1, func(ls []bench.Locker) bench.Result {
+		l := ls[0]
+		warmup := r.f.tpWarmup / 4
+		if !warmed[l] {
+			warmup, warmed[l] = r.f.tpWarmup, true
+		}
+		return bench.Throughput(r.ctx, l, bench.ThroughputConfig{Goroutines: r.f.goroutines, Warmup: warmup,
+			Duration: r.f.duration / time.Duration(r.f.rounds), Commands: r.counter(l),
+			ServerCPU: func() (time.Duration, error) { return r.cl.CPUTime(l.N()) }})
+	})
+}
+
+func (r *runner) contended() error {
+	cc := bench.ContendedConfig{Goroutines: r.f.contenders, Duration: r.f.contended / time.Duration(r.f.rounds), Hold: r.f.hold}
+	return r.interleaved(1, func(ls []bench.Locker) bench.Result {
+		cc.Commands = r.counter(ls[0])
+		return bench.Contended(r.ctx, ls[0], cc)
+	})
+}
+
+// clientsConfig is the configuration of one round of the separate-clients
+// scenarios.
+func (r *runner) clientsConfig(l bench.Locker) bench.ContendedConfig {
+	return bench.ContendedConfig{Duration: r.f.clientsDuration / time.Duration(r.f.rounds), Hold: r.f.clientsHold, Commands: r.counter(l)}
+}
+
+// clients runs f.clients separate clients of every library on one key.
+func (r *runner) clients() error {
+	return r.interleaved(r.f.clients, func(ls []bench.Locker) bench.Result {
+		return bench.ContendedClients(r.ctx, bench.ScenarioClients, ls, r.clientsConfig(ls[0]))
+	})
+}
+
+// clientsPaused runs separate redlock clients at N=3 in rounds of: healthy,
+// then with the third node paused (SIGSTOP).
+func (r *runner) clientsPaused() error {
+	victim := r.cl.Servers[2]
+	var refs, pauses []bench.Result
+	for round := 0; round < r.f.rounds; round++ {
+		res, err := r.once(bench.LibRedlock, 3, r.f.clients, func(ls []bench.Locker) bench.Result {
+			return bench.ContendedClients(r.ctx, bench.ScenarioClientsHealthy, ls, r.clientsConfig(ls[0]))
+		})
+		if err != nil {
+			return err
+		}
+		refs = append(refs, res)
+		if err := victim.Pause(); err != nil {
+			return err
+		}
+		res, err = r.once(bench.LibRedlock, 3, r.f.clients, func(ls []bench.Locker) bench.Result {
+			return bench.ContendedClients(r.ctx, bench.ScenarioClientsPaused, ls, r.clientsConfig(ls[0]))
+		})
+		if err := errors.Join(err, victim.Resume()); err != nil {
+			return err
+		}
+		pauses = append(pauses, res)
+	}
+	r.add(bench.Merge(refs...), bench.Merge(pauses...))
+	return nil
+}
+
+// paused runs sequential Lock+Release at N=5 with the fifth node paused.
+// Only the multi-node libraries apply. redlock's paused runs alternate with
+// healthy reference runs, so that the ratio compares like with like.
+func (r *runner) paused() error {
+	victim := r.cl.Servers[4]
+	var refs, pauses []bench.Result
+	one := func(scenario string) (bench.Result, error) {
+		run := r.sequentialOn(scenario, r.seqRound)
+		return r.once(bench.LibRedlock, 5, 1, func(ls []bench.Locker) bench.Result { return run(ls[0]) })
+	}
+	for round := 0; round < r.f.rounds; round++ {
+		res, err := one(bench.ScenarioHealthyRef)
+		if err != nil {
+			return err
+		}
+		refs = append(refs, res)
+		if err := victim.Pause(); err != nil {
+			return err
+		}
+		res, err = one(bench.ScenarioPaused)
+		if err := errors.Join(err, victim.Resume()); err != nil {
+			return err
+		}
+		pauses = append(pauses, res)
+	}
+	r.add(bench.Merge(refs...), bench.Merge(pauses...))
+	peerPaused := r.seq
+	peerPaused.Warmup, peerPaused.Iterations = 0, r.f.peerPausedIters
+	if err := victim.Pause(); err != nil {
+		return err
+	}
+	err := r.measure(bench.LibRedsync, 5, func(l bench.Locker) bench.Result {
+		res := r.sequentialOn(bench.ScenarioPaused, peerPaused)(l)
+		res.Capped = true
+		return res
+	})
+	return errors.Join(err, victim.Resume())
+}
+
+// killed runs sequential Lock+Release at N=5 with the fifth node killed, and
+// restarts it.
+func (r *runner) killed() error {
+	victim := r.cl.Servers[4]
+	victim.Kill()
+	for _, lib := range []string{bench.LibRedlock, bench.LibRedsync} {
+		if err := r.measure(lib, 5, r.sequentialOn(bench.ScenarioKilled, r.seq)); err != nil {
+			return err
+		}
+	}
+	return victim.Restart()
+}
+
+// write writes the report as benchmarks.md and benchmarks.svg into docs
+// (nothing when docs is empty).
+func write(rep *bench.Report, docs string) error {
+	if docs == "" {
 		return nil
 	}
 	var md, svg bytes.Buffer
@@ -297,13 +417,13 @@ func run(f flags) error {
 	if err := bench.WriteSVG(&svg, rep); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(f.docs, "benchmarks.md"), md.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(docs, "benchmarks.md"), md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(f.docs, "benchmarks.svg"), svg.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(docs, "benchmarks.svg"), svg.Bytes(), 0o644); err != nil {
 		return err
 	}
-	log.Printf("wrote %s and %s in %s", filepath.Join(f.docs, "benchmarks.md"), filepath.Join(f.docs, "benchmarks.svg"), rep.Took.Round(time.Second))
+	log.Printf("wrote %s and %s in %s", filepath.Join(docs, "benchmarks.md"), filepath.Join(docs, "benchmarks.svg"), rep.Took.Round(time.Second))
 	return nil
 }
 
@@ -480,6 +600,12 @@ func settings(f flags) []string {
 			"and waits until another goroutine has taken it before calling Lock again, so every release goes to a contender that was already waiting. "+
 			"The latency is the handoff: from the moment a holder starts releasing to the moment the next holder's Lock returns. ops/s counts acquisitions; fairness is the fewest acquisitions of one goroutine divided by the most (1 = perfectly even).",
 			f.contenders, f.contended, f.hold),
+		fmt.Sprintf("`%s`: %d separate clients of one library (as separate services would be: no in-process queue between them), one goroutine each, on one key for %v in all; "+
+			"each calls Lock, holds the lock %v, releases it and waits until another client has taken it, as in `contended`. "+
+			"cmds/op is the servers' total_commands_processed delta (INFO stats, script internals included, INFO itself excluded), summed over the N nodes, per acquisition.",
+			bench.ScenarioClients, f.clients, f.clientsDuration, f.clientsHold),
+		fmt.Sprintf("`%s` and `%s`: %d separate redlock clients at N=3 as above, in %d rounds of: a healthy run, node 3 paused with SIGSTOP, a paused run, resume (fresh clients for every run).",
+			bench.ScenarioClientsHealthy, bench.ScenarioClientsPaused, f.clients, f.rounds),
 		fmt.Sprintf("`1 of 5 paused`: node 5 stopped with SIGSTOP (the kernel still accepts its connections, nothing answers), then a sequential run at N=5 on fresh clients. "+
 			"For redlock, %d rounds of: a healthy run (`%s`), pause, a paused run (%d warm-up and %d measured pairs each), resume; the paused target compares the two. "+
 			"go-redsync makes one paused run capped at %d pairs without warm-up, because each pair takes two of its %v read timeouts (it waits for every node on Lock and on Unlock).",

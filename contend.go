@@ -1,0 +1,287 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
+)
+
+// Contention between clients. A release wakes the waiters of every client at
+// once (pub/sub reaches them all); if each then sent its SET to every node,
+// the nodes would pick different winners, nobody would reach a majority, and
+// all would release and retry: a herd that splits the votes. Instead, an
+// attempt made because of another client's release is gated: it asks one
+// node first, the gate, the same for every client (a hash of the key, skipping
+// nodes this client saw fail), and asks the others only once the gate said
+// yes. Exactly one waiter passes the gate; the others cost one command and go
+// back to waiting. Safety is untouched: a grant is still SET NX on a majority
+// within the validity, measured from the start of the attempt.
+//
+// What gating cannot prevent (clients disagreeing on the gate, a gate that
+// does not answer, a first attempt racing a gated one) can still split the
+// votes. A split is decided early: once a node has refused, the attempt waits
+// only a short grace for the rest before it gives up, releases what it took
+// and backs off by a random bounded delay; a paused node is not waited for.
+
+const (
+	// gateGrace is how long the other nodes wait for the gate's answer
+	// before they are asked anyway (a slow or paused gate).
+	gateGrace = 25 * time.Millisecond
+	// splitGraceMin is the least time an attempt waits for its remaining
+	// nodes once a node refused.
+	splitGraceMin = 2 * time.Millisecond
+	// suspectFor is how long a node that failed, or did not answer as a gate
+	// within gateGrace, is skipped as a gate.
+	suspectFor = time.Second
+	// contendedFor is how long after a refusal a Lock call on the resource
+	// makes even its first attempt through the gate.
+	contendedFor = time.Second
+	// maxContended bounds the resources remembered as contended.
+	maxContended = 4096
+)
+
+// pace is how a waiting Lock call makes its attempts.
+type pace struct {
+	gated bool // the next attempt asks the gate first
+	quiet int  // backoffs in a row that no release notification cut short
+	lost  int  // failed gated attempts: the older the waiter, the sooner it goes
+}
+
+// newPace starts a Lock call on resource: its first attempt goes through the
+// gate when the resource was refused lately, as other clients' waiters may be
+// going through the gate right now.
+func (c *Client) newPace(resource string) pace {
+	return pace{gated: c.contendedLately(resource)}
+}
+
+// failed records a failed attempt on resource.
+func (p *pace) failed(c *Client, resource string, qe *QuorumError) {
+	if qe.Refused > 0 {
+		c.sawContention(resource)
+	}
+	if p.gated {
+		p.lost++
+	}
+}
+
+// woken decides the next attempt after a wait that w ended. Another client's
+// release wakes the waiters of every client: they go through the gate, after
+// a stagger, and so does a retry after a backoff while the lock is being
+// handed around. This client's own release wakes only its queue's head, which
+// asks every node; so does a retry after two backoffs in a row without a
+// release (a gate that kept a stale key cannot hold waiters back for long).
+func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
+	switch w {
+	case wokeRemote:
+		rw.drain() // the same release, notified twice
+		p.gated, p.quiet = true, 0
+		return stagger(ctx, p.lost)
+	case wokeLocal:
+		p.gated, p.quiet = false, 0
+	default:
+		p.quiet++
+		p.gated = p.quiet < 2
+	}
+	return nil
+}
+
+// staggerMax bounds the random delay before a woken waiter goes to the gate.
+const staggerMax = time.Millisecond
+
+// stagger waits before a woken waiter's gated attempt: a random delay below
+// staggerMax/(1+lost), where lost counts this Lock call's failed gated
+// attempts. Waiters of all clients are notified in the same order every time
+// (their order of subscription): without it, the first one would always win
+// the gate. Dividing by 1+lost lets waiters that lost more go sooner, an
+// approximation of first come, first served.
+func stagger(ctx context.Context, lost int) error {
+	d := mrand.N(staggerMax) / time.Duration(1+lost)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errSplitVote is the cause of an attempt given up because the votes split:
+// a node refused and the remaining ones did not decide within the grace.
+var errSplitVote = errors.New("votes split between contenders: gave up early and backs off")
+
+// health remembers which nodes failed lately, to choose gates that answer.
+type health struct {
+	until []atomic.Int64 // per node: suspect until this time (UnixNano), 0 if not
+}
+
+func newHealth(n int) *health { return &health{until: make([]atomic.Int64, n)} }
+
+// observe records the outcome of a call to node i: an error makes it suspect,
+// an answer clears it.
+func (h *health) observe(i int, err error, now time.Time) {
+	if err != nil {
+		h.suspect(i, now)
+		return
+	}
+	if h.until[i].Load() != 0 {
+		h.until[i].Store(0)
+	}
+}
+
+func (h *health) suspect(i int, now time.Time) { h.until[i].Store(now.Add(suspectFor).UnixNano()) }
+
+func (h *health) ok(i int, now time.Time) bool { return h.until[i].Load() <= now.UnixNano() }
+
+// gateOf returns the gate node of key: the first node, from a position every
+// client derives from the key alike, that is not suspect (the first one if
+// all are).
+func (c *Client) gateOf(key string, now time.Time) int {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(key))
+	n := len(c.nodes)
+	start := int(f.Sum32() % uint32(n))
+	for k := range n {
+		if i := (start + k) % n; c.health.ok(i, now) {
+			return i
+		}
+	}
+	return start
+}
+
+// gate orders one gated attempt: the gate node is asked first, the others
+// once it said yes (open), not at all once it said no (shut), and anyway once
+// it did not answer within gateGrace.
+type gate struct {
+	c    *Client
+	idx  int
+	open chan struct{}
+	shut chan struct{}
+	once sync.Once
+}
+
+// gated wraps the acquisition's call on one node (acquire) into a gated one.
+func (c *Client) gated(key string, acquire func(context.Context, int, node.Node) (node.Acquired, bool, error)) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
+	g := &gate{c: c, idx: c.gateOf(key, c.cfg.clock.Now()), open: make(chan struct{}), shut: make(chan struct{})}
+	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+		if i == g.idx {
+			a, ok, err := acquire(ctx, i, n)
+			if ok || err != nil { // granted, or unknown: let the others decide
+				g.once.Do(func() { close(g.open) })
+			} else {
+				g.once.Do(func() { close(g.shut) })
+			}
+			return a, ok, err
+		}
+		t := time.NewTimer(gateGrace)
+		defer t.Stop()
+		select {
+		case <-g.open:
+			return g.behindGate(ctx, i, n, acquire)
+		case <-g.shut:
+			return node.Acquired{}, false, nil // not sent: held on the gate
+		case <-t.C:
+			g.c.health.suspect(g.idx, g.c.cfg.clock.Now())
+		case <-ctx.Done():
+			return node.Acquired{}, false, nil // not sent
+		}
+		return acquire(ctx, i, n)
+	}
+}
+
+// gateRetries are the pauses before asking again a node that refused an
+// attempt that holds the gate.
+var gateRetries = [...]time.Duration{250 * time.Microsecond, 500 * time.Microsecond, time.Millisecond}
+
+// behindGate asks node i once the gate said yes. A refusal then most likely
+// comes from a release still on its way to node i (the previous holder's), or
+// from a contender that did not go through the gate and is about to give up:
+// node i is asked again a few times, briefly, within the same attempt (the
+// validity still counts from its start).
+func (g *gate) behindGate(ctx context.Context, i int, n node.Node, acquire func(context.Context, int, node.Node) (node.Acquired, bool, error)) (node.Acquired, bool, error) {
+	a, ok, err := acquire(ctx, i, n)
+	for _, d := range gateRetries {
+		if ok || err != nil {
+			break
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return a, ok, err
+		}
+		a, ok, err = acquire(ctx, i, n)
+	}
+	return a, ok, err
+}
+
+// splitWatch gives an attempt up early when its votes split: once a node
+// refused, the remaining nodes have a grace (4× that refusal's latency, at
+// least splitGraceMin) to decide the outcome.
+type splitWatch struct {
+	cancel context.CancelFunc
+	once   sync.Once
+	timer  atomic.Pointer[time.Timer]
+}
+
+// watchSplit returns a context that ends like ctx, or when a split was seen.
+func watchSplit(ctx context.Context) (context.Context, *splitWatch) {
+	ctx, cancel := context.WithCancel(ctx)
+	return ctx, &splitWatch{cancel: cancel}
+}
+
+// observe is the round's reply callback.
+func (s *splitWatch) observe(_ int, r quorum.Reply[node.Acquired]) {
+	if !r.Done || r.OK || r.Err != nil {
+		return
+	}
+	s.once.Do(func() {
+		s.timer.Store(time.AfterFunc(max(splitGraceMin, 4*r.Latency), s.cancel))
+	})
+}
+
+// stop ends the watch.
+func (s *splitWatch) stop() {
+	s.once.Do(func() {}) // no timer starts after this
+	if t := s.timer.Load(); t != nil {
+		t.Stop()
+	}
+	s.cancel()
+}
+
+// sawContention records that an attempt on resource was refused by a node
+// (another client holds it, or is taking it).
+func (c *Client) sawContention(resource string) {
+	now := c.cfg.clock.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if len(c.contended) >= maxContended {
+		for r, t := range c.contended {
+			if now.Sub(t) > contendedFor {
+				delete(c.contended, r)
+			}
+		}
+		if len(c.contended) >= maxContended {
+			return // too many resources contended at once: they go ungated
+		}
+	}
+	c.contended[resource] = now
+}
+
+// contendedLately reports whether an attempt on resource was refused less
+// than contendedFor ago.
+func (c *Client) contendedLately(resource string) bool {
+	now := c.cfg.clock.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	t, ok := c.contended[resource]
+	return ok && now.Sub(t) <= contendedFor
+}

@@ -77,6 +77,7 @@ func checkNodes(nodes []node.Node) error {
 		return invalid("%d nodes is more than the maximum %d", len(nodes), MaxNodes)
 	}
 	seen := make(map[string]int, len(nodes))
+	instances := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if n == nil {
 			return invalid("node %d is nil", i)
@@ -89,8 +90,29 @@ func checkNodes(nodes []node.Node) error {
 			return invalid("duplicate node %s (positions %d and %d): each node must be an independent instance", name, j, i)
 		}
 		seen[name] = i
+		if addr := instanceOf(name); addr != "" {
+			if j, dup := instances[addr]; dup {
+				return invalid("nodes %s and %s (positions %d and %d) are the same Redis instance %s: each node must be an independent instance",
+					nodes[j].Name(), name, j, i, addr)
+			}
+			instances[addr] = i
+		}
 	}
 	return nil
+}
+
+// instanceOf returns the host:port of a node name of the canonical form
+// host:port/db (the name of a dialed node), or "".
+func instanceOf(name string) string {
+	host, db, ok := strings.Cut(name, "/")
+	if !ok || !strings.Contains(host, ":") || db == "" {
+		return ""
+	}
+	u, err := node.Parse("redis://" + name)
+	if err != nil {
+		return ""
+	}
+	return u.Addr()
 }
 
 // Dial returns a Client over the Redis instances at urls, one URL per independent

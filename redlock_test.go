@@ -42,6 +42,8 @@ func TestInvalidInput(t *testing.T) {
 	require.NoError(t, err)
 	n1b, err := node.Dial("redis://127.0.0.1:1/0")
 	require.NoError(t, err)
+	n1db2, err := node.Dial("redis://127.0.0.1:1/2")
+	require.NoError(t, err)
 	tests := []struct {
 		name string
 		make func() error
@@ -50,6 +52,7 @@ func TestInvalidInput(t *testing.T) {
 		{"no nodes", func() error { _, err := redlock.New(nil); return err }, "no nodes"},
 		{"nil node", func() error { _, err := redlock.New([]node.Node{nil}); return err }, "node 0 is nil"},
 		{"duplicate node", func() error { _, err := redlock.New([]node.Node{n1, n1b}); return err }, "duplicate node 127.0.0.1:1/0"},
+		{"two dbs of one node", func() error { _, err := redlock.New([]node.Node{n1, n1db2}); return err }, "same Redis instance 127.0.0.1:1"},
 		{"no urls", func() error { _, err := redlock.Dial(nil); return err }, "no node URLs"},
 		{"http url", func() error { _, err := redlock.Dial([]string{"http://localhost:6379"}); return err }, "scheme must be redis:// or rediss://"},
 		{"no host", func() error { _, err := redlock.Dial([]string{"redis://:6379"}); return err }, "missing host"},

@@ -12,7 +12,7 @@ import (
 // is dialed:
 //
 //	url      = scheme "://" [userinfo "@"] host [":" port] ["/" [db]]
-//	scheme   = "redis" | "rediss"                  ; rediss: TLS
+//	scheme   = "redis" | "rediss"                  ; any case; rediss: TLS
 //	userinfo = [user] ":" password | password      ; percent-encoded
 //	host     = name | IPv4 | "[" IPv6 "]"          ; name: letters, digits, - . _
 //	port     = 1 to 65535, decimal, no leading zero ; default 6379
@@ -102,7 +102,7 @@ func Parse(raw string) (*URL, error) {
 	if !ok {
 		return fail("not a URL: write redis://host[:port][/db] or rediss://... for TLS")
 	}
-	if scheme != "redis" && scheme != "rediss" {
+	if scheme = strings.ToLower(scheme); scheme != "redis" && scheme != "rediss" {
 		return fail("scheme must be redis:// or rediss://")
 	}
 	u := &URL{Scheme: scheme, Port: DefaultPort}

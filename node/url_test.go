@@ -28,6 +28,8 @@ func TestParse(t *testing.T) {
 		{"redis://u:p%23ss%40w%2Fd%3A@h", node.URL{Scheme: "redis", Username: "u", Password: "p#ss@w/d:", Host: "h", Port: 6379}},
 		{"redis://u:a:b@h", node.URL{Scheme: "redis", Username: "u", Password: "a:b", Host: "h", Port: 6379}},
 		{"redis://[::1]:6379", node.URL{Scheme: "redis", Host: "::1", Port: 6379}},
+		{"REDISS://H", node.URL{Scheme: "rediss", Host: "h", Port: 6379}},
+		{"redis://[::ffff:127.0.0.1]", node.URL{Scheme: "redis", Host: "127.0.0.1", Port: 6379}},
 		{"redis://[0:0:0:0:0:0:0:1]", node.URL{Scheme: "redis", Host: "::1", Port: 6379}},
 		{"redis://my_host.example-1.com:65535/15", node.URL{Scheme: "redis", Host: "my_host.example-1.com", Port: 65535, DB: 15}},
 	}

@@ -177,3 +177,18 @@ func TestRunAndStatusTLS(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "no PEM certificate")
 }
+
+// Two addresses of one redis-server (127.0.0.1 and localhost) pass the URL
+// check but are one vote: status marks the second, run cannot make a majority.
+func TestSameInstanceTwoAddresses(t *testing.T) {
+	s := redistest.Start(t)
+	alias := strings.Replace(s.Addr(), "127.0.0.1", "localhost", 1)
+	nodes := s.URL() + ",redis://" + alias
+	r := runCLI("status", "--nodes", nodes, "job")
+	assert.Equal(t, 1, r.code, "one of two nodes answered: no majority\n%s", r.stdout)
+	assert.Contains(t, r.stdout, "localhost:")
+	assert.Contains(t, r.stdout, "is the same Redis instance as node "+s.Addr()+"/0")
+	r = runCLI("run", "--nodes", nodes, "job", "--", "true")
+	assert.Equal(t, exitTempFail, r.code)
+	assert.Contains(t, r.stderr, "same Redis instance")
+}

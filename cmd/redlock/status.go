@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 )
 
 const statusHelpText = `Usage: redlock status [flags] NAME
@@ -48,6 +50,7 @@ type nodeStatus struct {
 	holder   string // digest of the token
 	fence    uint64
 	hasFence bool
+	info     string // INFO server, to tell two addresses of one instance
 }
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
@@ -112,6 +115,7 @@ func readStatuses(ns *nodeSet, key, fenceKey string, timeout time.Duration) []no
 		})
 	}
 	wg.Wait()
+	sameInstances(statuses)
 	return statuses
 }
 
@@ -202,6 +206,7 @@ func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey st
 		return nodeStatus{err: fmt.Errorf("unexpected reply %v", vals)}
 	}
 	var s nodeStatus
+	s.info, _ = redis.String(redis.DoContext(c, ctx, "INFO", "server")) // optional: ACLs may refuse it
 	token, err := redis.String(vals[0], nil)
 	switch {
 	case err == redis.ErrNil:
@@ -225,6 +230,21 @@ func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey st
 		s.hasFence = true
 	}
 	return s
+}
+
+// sameInstances marks as failed the nodes that reached a process an earlier
+// node reached (the same run_id): one instance is one vote.
+func sameInstances(statuses []nodeStatus) {
+	set := node.NewInstances()
+	for i := range statuses {
+		s := &statuses[i]
+		if s.err != nil || s.info == "" {
+			continue
+		}
+		if err := set.Observe(s.name, s.info); errors.Is(err, node.ErrSameInstance) {
+			s.err = err
+		}
+	}
 }
 
 // topHolder returns the holder on the most nodes, and on how many.

@@ -232,9 +232,13 @@ func TestSimHeld(t *testing.T) {
 	}
 	n := *flagSchedules
 	if n <= 0 {
-		n = 10000
-		if testing.Short() {
+		switch {
+		case testing.Short():
 			n = 2000
+		case raceEnabled:
+			n = 3000 // the README's test command; go test ./sim runs 10 000
+		default:
+			n = 10000
 		}
 	}
 	b := runMany(t, heldProfile, n, func(r *sim.Result) bool { return r.Violations() > 0 })
@@ -267,7 +271,7 @@ func TestSimHeldBreaker(t *testing.T) {
 	n := *flagSchedules
 	if n <= 0 {
 		n = 500
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			n = 200
 		}
 	}

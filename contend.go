@@ -142,6 +142,11 @@ func stagger(ctx context.Context, lost int) error {
 // a node refused and the remaining ones did not decide within the grace.
 var errSplitVote = errors.New("votes split between contenders: gave up early and backs off")
 
+// errNotSent is what a round's call returns for a node it chose not to ask
+// (the gate refused): the round counts a refusal, and the node's breaker
+// learns nothing.
+var errNotSent = errors.New("not sent")
+
 // health remembers which nodes failed lately, to choose gates that answer.
 type health struct {
 	until []atomic.Int64 // per node: suspect until this time (UnixNano), 0 if not
@@ -211,11 +216,11 @@ func (c *Client) gated(key string, acquire func(context.Context, int, node.Node)
 		case <-g.open:
 			return g.behindGate(ctx, i, n, acquire)
 		case <-g.shut:
-			return node.Acquired{}, false, nil // not sent: held on the gate
+			return node.Acquired{}, false, errNotSent // held on the gate
 		case <-t.C:
 			g.c.health.suspect(g.idx, g.c.cfg.clock.Now())
 		case <-ctx.Done():
-			return node.Acquired{}, false, nil // not sent
+			return node.Acquired{}, false, errNotSent
 		}
 		return acquire(ctx, i, n)
 	}

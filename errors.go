@@ -24,6 +24,12 @@ var (
 	// ErrInvalid wraps every error about bad input: options, node lists,
 	// resource names.
 	ErrInvalid = errors.New("redlock: invalid argument")
+	// ErrNodeDown is the error of a call that was not sent because the node's
+	// circuit breaker is open: the node failed several calls in a row by timing out
+	// or refusing connections, and a background probe has not yet seen it answer.
+	// Such a node counts as failed in the quorum, at once instead of after the node
+	// timeout.
+	ErrNodeDown = errors.New("redlock: node down (failing fast until a probe succeeds)")
 )
 
 func invalid(format string, args ...any) error {

@@ -43,7 +43,7 @@ func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, fenceKey := c.keys(resource)
+	key, fenceKey := c.lockKey(resource), FenceKey(c.cfg.prefix, resource)
 	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
 }
 

@@ -42,6 +42,8 @@ type config struct {
 	nodeOpts    []node.Option
 	hooks       Hooks
 	fair        bool
+
+	breakerFailures int
 }
 
 func defaultConfig() config {
@@ -53,6 +55,8 @@ func defaultConfig() config {
 		nodeTimeout: DefaultNodeTimeout,
 		prefix:      DefaultKeyPrefix,
 		clock:       clock.Real(),
+
+		breakerFailures: DefaultBreakerFailures,
 	}
 }
 
@@ -167,9 +171,9 @@ func WithNodeTimeout(d time.Duration) Option {
 	})
 }
 
-// WithKeyPrefix sets the prefix of every key (default "redlock:"). The lock key of
-// resource r is prefix+"{"+r+"}", so auxiliary keys share its Cluster hash slot; the
-// prefix itself may therefore not contain braces.
+// WithKeyPrefix sets the prefix of every key (default "redlock:"). The keys of a
+// resource are LockKey(prefix, r) and FenceKey(prefix, r), which share a Cluster
+// hash slot; the prefix itself may therefore not contain braces.
 func WithKeyPrefix(p string) Option {
 	return optionFunc(func(c *config) error {
 		if strings.ContainsAny(p, "{}") || len(p) > 256 {
@@ -182,8 +186,14 @@ func WithKeyPrefix(p string) Option {
 
 // WithLogger sets a logger (off by default). Logs carry digests of keys and tokens,
 // never their values.
+// The nodes that Dial creates log to it too (node.WithLogger: release
+// notifications becoming unavailable, and restored).
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) error { c.logger = l; return nil })
+	return optionFunc(func(c *config) error {
+		c.logger = l
+		c.nodeOpts = append(c.nodeOpts, node.WithLogger(l))
+		return nil
+	})
 }
 
 // WithClock sets the clock used to measure acquisitions (default clock.Real()).
@@ -241,4 +251,23 @@ func checkTTL(ttl time.Duration, factor float64) error {
 		return invalid("TTL %v is too short for its own drift allowance %v", ttl, clock.Drift(ttl, factor))
 	}
 	return nil
+}
+
+// WithBreaker sets how many calls in a row a node must fail by timing out or at
+// the transport before its circuit breaker opens (default
+// DefaultBreakerFailures). While open, calls to the node fail at once with
+// ErrNodeDown, cleanup releases for it wait (at most 1024 per node; the rest
+// expire by their TTL), and a background probe pings it, first after the node
+// timeout, then at doubling intervals up to 2 node timeouts (at least 100 ms, at
+// most 1 s); the first answer closes the breaker.
+// 0 turns breakers off: every call then waits for the node or its timeout.
+// Breakers apply to nodes that implement Pinger.
+func WithBreaker(failures int) Option {
+	return optionFunc(func(c *config) error {
+		if failures < 0 {
+			return invalid("breaker failures %d must not be negative", failures)
+		}
+		c.breakerFailures = failures
+		return nil
+	})
 }

@@ -28,6 +28,9 @@ type Client struct {
 	mu     sync.RWMutex // guards closed; held (read) while background work is started
 	closed bool
 	bg     sync.WaitGroup
+	stop   chan struct{} // closed by Close: background probes end
+
+	breakers []*breaker // per node; nil for a node without a breaker (health.go)
 
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
@@ -55,8 +58,15 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	return &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
-		health: newHealth(len(nodes)), contended: map[string]time.Time{}}, nil
+	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
+		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
+		health: newHealth(len(nodes)), contended: map[string]time.Time{}}
+	for i, n := range nodes {
+		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
+			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
+		}
+	}
+	return c, nil
 }
 
 func checkNodes(nodes []node.Node) error {
@@ -67,6 +77,7 @@ func checkNodes(nodes []node.Node) error {
 		return invalid("%d nodes is more than the maximum %d", len(nodes), MaxNodes)
 	}
 	seen := make(map[string]int, len(nodes))
+	instances := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if n == nil {
 			return invalid("node %d is nil", i)
@@ -79,13 +90,36 @@ func checkNodes(nodes []node.Node) error {
 			return invalid("duplicate node %s (positions %d and %d): each node must be an independent instance", name, j, i)
 		}
 		seen[name] = i
+		if addr := instanceOf(name); addr != "" {
+			if j, dup := instances[addr]; dup {
+				return invalid("nodes %s and %s (positions %d and %d) are the same Redis instance %s: each node must be an independent instance",
+					nodes[j].Name(), name, j, i, addr)
+			}
+			instances[addr] = i
+		}
 	}
 	return nil
 }
 
+// instanceOf returns the host:port of a node name of the canonical form
+// host:port/db (the name of a dialed node), or "".
+func instanceOf(name string) string {
+	host, db, ok := strings.Cut(name, "/")
+	if !ok || !strings.Contains(host, ":") || db == "" {
+		return ""
+	}
+	u, err := node.Parse("redis://" + name)
+	if err != nil {
+		return ""
+	}
+	return u.Addr()
+}
+
 // Dial returns a Client over the Redis instances at urls, one URL per independent
-// node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS. It does
-// not connect; nodes that are down are simply failed votes until they come back.
+// node: redis://[user[:password]@]host[:port][/db] or rediss:// for TLS (the
+// grammar of node.URL). Two URLs of one host:port are refused, whatever their
+// databases: they are one instance, not independent nodes. It does not connect;
+// nodes that are down are simply failed votes until they come back.
 func Dial(urls []string, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -94,13 +128,17 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, invalid("no node URLs")
 	}
+	if err := node.CheckDistinct(urls); err != nil {
+		return nil, invalid("%w", err) // a bad URL, or two URLs of one instance (other dbs included)
+	}
 	nodes := make([]node.Node, 0, len(urls))
 	closeAll := func() {
 		for _, n := range nodes {
 			_ = n.Close()
 		}
 	}
-	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout)}, cfg.nodeOpts...)
+	// One set for the nodes of this client: two URLs of one instance are refused.
+	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout), node.WithInstances(node.NewInstances())}, cfg.nodeOpts...)
 	for i, u := range urls {
 		n, err := node.Dial(u, nodeOpts...)
 		if err != nil {
@@ -129,6 +167,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	close(c.stop)
 	c.bg.Wait()
 	if !c.owned {
 		return nil
@@ -186,7 +225,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	}
 	lc.waiter = c.newWaiter(lc)
 	l, err := c.lockWait(ctx, resource, lc)
-	c.leaveQueue(key(c, resource), lc.waiter.ID, l)
+	c.leaveQueue(c.lockKey(resource), lc.waiter.ID, l)
 	return l, err
 }
 
@@ -223,7 +262,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we
 				// subscribed), through the gate, as other waiters may too.
-				rw = c.watchReleases(ctx, key(c, resource), lc.waiter)
+				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
 				p.gated = !p.fair
 				continue
 			}
@@ -243,7 +282,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 			return nil, last
 		}
 		if woken != wokeTimer {
-			c.log(ctx, slog.LevelDebug, "waiter woken by a release", key(c, resource), "")
+			c.log(ctx, slog.LevelDebug, "waiter woken by a release", c.lockKey(resource), "")
 		}
 	}
 }
@@ -271,7 +310,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	}
 	lc.waiter = c.newWaiter(lc)
 	l, err := c.try(ctx, resource, lc, false)
-	c.leaveQueue(key(c, resource), lc.waiter.ID, l)
+	c.leaveQueue(c.lockKey(resource), lc.waiter.ID, l)
 	return l, err
 }
 
@@ -311,16 +350,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 	return mrand.N(bound) + 1 // never zero: a retry always yields
 }
 
-func key(c *Client, resource string) string {
-	k, _ := c.keys(resource)
-	return k
-}
-
-// keys returns the lock key and the fence-counter key of resource.
-func (c *Client) keys(resource string) (lockKey, fenceKey string) {
-	lockKey = c.cfg.prefix + "{" + resource + "}"
-	return lockKey, lockKey + ":fence"
-}
+// lockKey returns the lock key of resource under the client's prefix.
+func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, resource) }
 
 // try is one acquisition attempt; gated, it asks the gate node first (see
 // contend.go).
@@ -404,11 +435,28 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 }
 
 // releaseDetached releases key on node i on a context of its own, bounded by the
-// node timeout: cleanup that the caller's cancellation cannot cut short.
+// node timeout: cleanup that the caller's cancellation cannot cut short. For a
+// node whose breaker is open, the release waits (bounded, deduplicated) until
+// the node answers again.
 func (c *Client) releaseDetached(i int, key, token string, notify bool) {
+	if b := c.breakers[i]; b != nil && b.deferRelease(key, token, notify) {
+		return
+	}
+	c.releaseNow(i, key, token, notify)
+}
+
+// releaseNow sends a cleanup release to node i through its breaker.
+func (c *Client) releaseNow(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if _, err := c.releaseOn(ctx, c.nodes[i], key, token, notify); err != nil {
+	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
+		ok, err := c.releaseOn(ctx, n, key, token, notify)
+		return ok, ok, err
+	})
+	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {
+		return
+	}
+	if err != nil {
 		c.log(ctx, slog.LevelWarn, "cleanup release failed", key, token, "node", c.nodes[i].Name(), "err", err)
 	}
 }

@@ -42,6 +42,8 @@ func TestInvalidInput(t *testing.T) {
 	require.NoError(t, err)
 	n1b, err := node.Dial("redis://127.0.0.1:1/0")
 	require.NoError(t, err)
+	n1db2, err := node.Dial("redis://127.0.0.1:1/2")
+	require.NoError(t, err)
 	tests := []struct {
 		name string
 		make func() error
@@ -50,15 +52,17 @@ func TestInvalidInput(t *testing.T) {
 		{"no nodes", func() error { _, err := redlock.New(nil); return err }, "no nodes"},
 		{"nil node", func() error { _, err := redlock.New([]node.Node{nil}); return err }, "node 0 is nil"},
 		{"duplicate node", func() error { _, err := redlock.New([]node.Node{n1, n1b}); return err }, "duplicate node 127.0.0.1:1/0"},
+		{"two dbs of one node", func() error { _, err := redlock.New([]node.Node{n1, n1db2}); return err }, "same Redis instance 127.0.0.1:1"},
 		{"no urls", func() error { _, err := redlock.Dial(nil); return err }, "no node URLs"},
 		{"http url", func() error { _, err := redlock.Dial([]string{"http://localhost:6379"}); return err }, "scheme must be redis:// or rediss://"},
 		{"no host", func() error { _, err := redlock.Dial([]string{"redis://:6379"}); return err }, "missing host"},
 		{"bad db", func() error { _, err := redlock.Dial([]string{"redis://localhost/x"}); return err }, `database "x"`},
-		{"bad port", func() error { _, err := redlock.Dial([]string{"redis://localhost:99999"}); return err }, "bad port"},
+		{"bad port", func() error { _, err := redlock.Dial([]string{"redis://localhost:99999"}); return err }, `port "99999"`},
 		{"duplicate url", func() error {
 			_, err := redlock.Dial([]string{"redis://LOCALHOST:6379", "redis://localhost"})
 			return err
-		}, "duplicate node localhost:6379/0"},
+		}, "same Redis instance localhost:6379"},
+		{"two dbs of one instance", func() error { _, err := redlock.Dial([]string{"redis://h/0", "redis://h/1"}); return err }, "same Redis instance h:6379"},
 		{"password not echoed", func() error { _, err := redlock.Dial([]string{"ftp://u:s3cret@h"}); return err }, "scheme"},
 		{"ttl below 1ms", func() error { _, err := redlock.New([]node.Node{n1}, redlock.WithTTL(time.Microsecond)); return err }, "at least 1ms"},
 		{"ttl eaten by drift", func() error { _, err := redlock.New([]node.Node{n1}, redlock.WithTTL(2*time.Millisecond)); return err }, "too short for its own drift allowance"},

@@ -5,9 +5,11 @@
 -- counter exists else 0}. The counter is read in the same atomic step as the SET,
 -- whether or not the SET succeeded, so that the client can compute a fencing token
 -- above every counter it saw, and tell a fresh resource from a wiped node.
-local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+-- The read comes first: a script stopped by an error (a user without GET
+-- permission) has then written nothing, and no lock key is left behind.
 local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
+local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if ok then return {1, f, present} end
 return {0, f, present}

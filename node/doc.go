@@ -7,4 +7,33 @@
 // the application already has (FromPool). The scripts live in .lua files embedded
 // in the binary and are sent with EVALSHA, falling back to EVAL when the server
 // answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+//
+// # Hostile or broken nodes
+//
+// Connections made by Dial read replies through a guard that validates every RESP
+// header before redigo sees it: a bulk string or array longer than the limits
+// (DefaultMaxReplyBytes = 4 MiB per reply, DefaultMaxReplyElements = 65536 array
+// elements per reply, arrays nested at most MaxReplyDepth = 8 deep; see
+// WithReplyLimits) or a malformed header fails the call with ErrReplyTooLarge or
+// ErrMalformedReply and closes the connection, before anything is allocated for
+// it. The goroutines that read replies recover from panics, turning them into a
+// connection error. FuzzReplyGuard (with its seed corpus in testdata/) checks the
+// guard against arbitrary input.
+//
+// Dialing (TCP, the TLS handshake, AUTH, SELECT and the INFO checks) is bounded
+// by the node timeout and cut short by Close; it runs once per connection slot
+// at a time, and callers wait for it only until their own context ends. A
+// request queued on a connection that dies fails at once with its error.
+//
+// Release notifications (Watch) share one subscriber connection per node. When
+// it cannot subscribe (the node is down, or the user lacks SUBSCRIBE
+// permission), Watch says so at once, the subscriber retries with a jittered
+// backoff from 50 ms doubling to 10 s (reset only once a SUBSCRIBE is
+// confirmed), and WithLogger gets one warning; callers poll meanwhile. With no
+// key watched, the subscriber closes its connection.
+//
+// A quarantine refusal or a script's permission error fails that command only.
+// The scripts read before they write, and the release script publishes under
+// pcall after its DEL, so a failure never leaves a key behind and a delete that
+// happened is reported.
 package node

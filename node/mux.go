@@ -26,16 +26,31 @@ var errMuxClosed = errors.New("node: closed")
 // were sent, so a release sent after a timed-out acquisition on the same
 // connection runs after it on the server.
 type mux struct {
-	dial   func(context.Context) (redis.Conn, error)
-	health time.Duration // a reply later than this breaks the connection
-	next   atomic.Uint32
-	slots  []muxSlot
-	closed atomic.Bool
+	dial        func(context.Context) (redis.Conn, error)
+	dialTimeout time.Duration // bounds each dial, whoever waits for it
+	health      time.Duration // a reply later than this breaks the connection
+	next        atomic.Uint32
+	slots       []muxSlot
+	closed      atomic.Bool
+	ctx         context.Context // ends on close: cuts dials short
+	cancel      context.CancelFunc
+	dials       sync.WaitGroup // dials in progress
 }
 
+// muxSlot holds one connection. Its mutex is only held for short bookkeeping,
+// never across a dial: callers wait for a dial on its channel and their own
+// context.
 type muxSlot struct {
-	mu   sync.Mutex
-	conn *muxConn
+	mu      sync.Mutex
+	conn    *muxConn
+	dialing *dialCall // non-nil while a dial for this slot runs
+}
+
+// dialCall is one dial, shared by every caller that needs the slot meanwhile.
+type dialCall struct {
+	done chan struct{} // closed when mc or err is set
+	mc   *muxConn
+	err  error
 }
 
 type muxReq struct {
@@ -60,8 +75,9 @@ type muxConn struct {
 	err      error
 }
 
-func newMux(conns int, health time.Duration, dial func(context.Context) (redis.Conn, error)) *mux {
-	return &mux{dial: dial, health: health, slots: make([]muxSlot, conns)}
+func newMux(conns int, dialTimeout, health time.Duration, dial func(context.Context) (redis.Conn, error)) *mux {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &mux{dial: dial, dialTimeout: dialTimeout, health: health, slots: make([]muxSlot, conns), ctx: ctx, cancel: cancel}
 }
 
 // do sends one command and waits for its reply, or for ctx.
@@ -84,37 +100,75 @@ func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
 	select {
 	case r := <-req.reply:
 		return r.v, r.err
+	case <-mc.done: // the connection died: its error, unless the reply came first
+		select {
+		case r := <-req.reply:
+			return r.v, r.err
+		default:
+			return nil, mc.err
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// conn returns a live connection of the next slot, dialing if needed.
+// conn returns a live connection of the next slot. Without one, it starts a
+// dial (one per slot at a time, bounded by the dial timeout and by close) and
+// waits for it or for ctx, whichever ends first.
 func (m *mux) conn(ctx context.Context) (*muxConn, error) {
-	s := &m.slots[int(m.next.Add(1))%len(m.slots)]
+	s := &m.slots[m.next.Add(1)%uint32(len(m.slots))]
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn != nil {
+	if mc := s.conn; mc != nil {
 		select {
-		case <-s.conn.done:
+		case <-mc.done:
 			s.conn = nil
 		default:
-			return s.conn, nil
+			s.mu.Unlock()
+			return mc, nil
 		}
 	}
-	c, err := m.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if m.closed.Load() {
-		c.Close()
+		s.mu.Unlock()
 		return nil, errMuxClosed
 	}
-	mc := &muxConn{c: c, send: make(chan *muxReq, 256), pending: make(chan *muxReq, 4096), done: make(chan struct{})}
-	go mc.write()
-	go mc.read(m.health)
-	s.conn = mc
-	return mc, nil
+	call := s.dialing
+	if call == nil {
+		call = &dialCall{done: make(chan struct{})}
+		s.dialing = call
+		m.dials.Add(1)
+		go m.dialSlot(s, call)
+	}
+	s.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.mc, call.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("node: waiting for a connection: %w", ctx.Err())
+	}
+}
+
+// dialSlot dials for slot s and hands the outcome to call's waiters.
+func (m *mux) dialSlot(s *muxSlot, call *dialCall) {
+	defer m.dials.Done()
+	ctx, cancel := context.WithTimeout(m.ctx, m.dialTimeout)
+	c, err := m.dial(ctx)
+	cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dialing = nil
+	switch {
+	case err != nil:
+		call.err = err
+	case m.closed.Load():
+		c.Close()
+		call.err = errMuxClosed
+	default:
+		mc := &muxConn{c: c, send: make(chan *muxReq, 256), pending: make(chan *muxReq, 4096), done: make(chan struct{})}
+		go mc.write()
+		go mc.read(m.health)
+		s.conn, call.mc = mc, mc
+	}
+	close(call.done)
 }
 
 // fail closes the connection once, recording why.
@@ -137,15 +191,7 @@ func (mc *muxConn) write() {
 		// Send this command and every one already waiting, then flush once.
 		yielded := false
 		for req != nil {
-			mc.inflight.Add(1)
-			select {
-			case mc.pending <- req:
-			case <-mc.done:
-				req.reply <- muxResult{err: mc.err}
-				return
-			}
-			if err := mc.c.Send(req.cmd, req.args...); err != nil {
-				mc.fail(fmt.Errorf("node: send: %w", err))
+			if !mc.enqueue(req) {
 				return
 			}
 			select {
@@ -172,8 +218,45 @@ func (mc *muxConn) write() {
 	}
 }
 
+// refuser is a connection that refuses some commands before sending them (a
+// quarantined node refusing acquisitions: restart.go).
+type refuser interface {
+	check(cmd string, args []any) error
+}
+
+// enqueue sends one command into the write buffer, to be matched with its reply
+// by the reader. A command the connection refuses gets the refusal, and the
+// connection goes on. It returns false when the connection failed.
+func (mc *muxConn) enqueue(req *muxReq) bool {
+	if r, ok := mc.c.(refuser); ok {
+		if err := r.check(req.cmd, req.args); err != nil {
+			req.reply <- muxResult{err: err} // nothing sent: this command only
+			return true
+		}
+	}
+	mc.inflight.Add(1)
+	select {
+	case mc.pending <- req:
+	case <-mc.done:
+		req.reply <- muxResult{err: mc.err}
+		return false
+	}
+	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+		mc.fail(fmt.Errorf("node: send: %w", err))
+		return false
+	}
+	return true
+}
+
 func (mc *muxConn) read(health time.Duration) {
+	var cur *muxReq // the command whose reply is being read
 	defer func() {
+		if p := recover(); p != nil { // a reply the parser could not take
+			mc.fail(fmt.Errorf("node: receive: reading a reply panicked: %v (%w)", p, ErrMalformedReply))
+			if cur != nil {
+				cur.reply <- muxResult{err: mc.err}
+			}
+		}
 		// Fail whatever is still waiting.
 		for {
 			select {
@@ -191,7 +274,9 @@ func (mc *muxConn) read(health time.Duration) {
 		case <-mc.done:
 			return
 		}
+		cur = req
 		v, err := redis.ReceiveWithTimeout(mc.c, health)
+		cur = nil
 		mc.inflight.Add(-1)
 		if err != nil {
 			if _, ok := err.(redis.Error); !ok { // a broken or hung connection
@@ -204,9 +289,11 @@ func (mc *muxConn) read(health time.Duration) {
 	}
 }
 
-// close fails every connection and refuses new commands.
+// close fails every connection, cuts dials short, refuses new commands, and
+// waits for the dials to end.
 func (m *mux) close() {
 	m.closed.Store(true)
+	m.cancel()
 	for i := range m.slots {
 		s := &m.slots[i]
 		s.mu.Lock()
@@ -216,4 +303,5 @@ func (m *mux) close() {
 		}
 		s.mu.Unlock()
 	}
+	m.dials.Wait()
 }

@@ -8,8 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -78,8 +77,11 @@ type config struct {
 	conns   int
 	tls     *tls.Config
 	name    string
+	limits  replyLimits // WithReplyLimits (guard.go)
+	log     *slog.Logger
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
+	instances  *Instances  // WithInstances (instance.go); nil when off
 }
 
 // WithTimeout bounds each call to the node (including taking a connection and
@@ -107,7 +109,9 @@ func WithConnections(n int) Option {
 	})
 }
 
-// WithTLSConfig sets the TLS configuration used for rediss:// URLs.
+// WithTLSConfig sets the TLS configuration used for rediss:// URLs (by default,
+// the system's roots and the URL's host as the server name). Dial refuses it with
+// a redis:// URL rather than connect in plaintext.
 func WithTLSConfig(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) error { c.tls = cfg; return nil })
 }
@@ -122,6 +126,14 @@ func WithName(name string) Option {
 		c.name = name
 		return nil
 	})
+}
+
+// WithLogger sets a logger for what happens in the background, where no call
+// can return an error: the release-notification subscriber logs a warning once
+// when notifications become unavailable (and waiters poll), and once when they
+// are restored. Off by default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error { c.log = l; return nil })
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -188,59 +200,12 @@ type Redis struct {
 
 var _ Node = (*Redis)(nil)
 
-// ParseURL checks a node URL and returns the node's canonical name (host:port/db).
-// Accepted: redis://[user[:password]@]host[:port][/db] and the same with rediss://
-// (TLS). The port defaults to 6379 and the database to 0.
-func ParseURL(rawURL string) (name string, err error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // its message would repeat the URL, password included
-		}
-		return "", fmt.Errorf("%w: %q: %v", ErrInvalidURL, redactURL(rawURL), err)
-	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return "", fmt.Errorf("%w: %q: scheme must be redis:// or rediss://", ErrInvalidURL, redactURL(rawURL))
-	}
-	host, port := u.Hostname(), u.Port()
-	if host == "" {
-		return "", fmt.Errorf("%w: %q: missing host", ErrInvalidURL, redactURL(rawURL))
-	}
-	if port == "" {
-		port = "6379"
-	} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return "", fmt.Errorf("%w: %q: bad port %q", ErrInvalidURL, redactURL(rawURL), port)
-	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err = strconv.Atoi(p)
-		if err != nil || db < 0 {
-			return "", fmt.Errorf("%w: %q: database %q is not a non-negative number", ErrInvalidURL, redactURL(rawURL), p)
-		}
-	}
-	if q := u.Query().Get("db"); q != "" {
-		return "", fmt.Errorf("%w: %q: give the database in the path (/%s), not as a query", ErrInvalidURL, redactURL(rawURL), q)
-	}
-	return fmt.Sprintf("%s/%d", net.JoinHostPort(strings.ToLower(host), port), db), nil
-}
-
-// redactURL hides a password so that it never reaches an error message or a log.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "***" + raw[i:]
-		}
-		return raw
-	}
-	return u.Redacted()
-}
-
-// Dial returns a node for the Redis instance at rawURL. It does not connect: the
+// Dial returns a node for the Redis instance at rawURL, a URL in the grammar of
+// URL (see Parse): it dials the URL's host:port, with TLS for rediss://, and
+// authenticates and selects the database the URL gives. It does not connect: the
 // first call does, so that a node that is down at start-up is just one failed vote.
 func Dial(rawURL string, opts ...Option) (*Redis, error) {
-	name, err := ParseURL(rawURL)
+	u, err := Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -248,26 +213,32 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.tls != nil && !u.TLS() {
+		return nil, fmt.Errorf("%w: WithTLSConfig given for %s, a plaintext URL: write rediss:// for TLS", ErrInvalidOption, u.Redacted())
+	}
+	name := u.Name()
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	dialOpts := []redis.DialOption{
-		redis.DialConnectTimeout(cfg.timeout),
-		redis.DialReadTimeout(cfg.timeout),
-		redis.DialWriteTimeout(cfg.timeout),
-	}
-	if cfg.tls != nil {
-		dialOpts = append(dialOpts, redis.DialTLSConfig(cfg.tls))
-	}
+	target := targetFromURL(u, cfg.tls, cfg.timeout)
+	target.limits = cfg.limits
 	dial := func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialURLContext(ctx, rawURL, dialOpts...)
-		if err != nil || cfg.quarantine == nil {
-			return c, err
+		c, err := dialConn(ctx, target)
+		if err == nil && cfg.instances != nil {
+			if err = cfg.instances.dialed(ctx, name, c); err != nil {
+				c.Close()
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cfg.quarantine == nil {
+			return c, nil
 		}
 		return cfg.quarantine.dialed(ctx, c)
 	}
-	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial), quarantine: cfg.quarantine}
-	r.mux = newMux(cfg.conns, max(4*cfg.timeout, 2*time.Second), dial)
+	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
+	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
 	return r, nil
 }
 
@@ -292,7 +263,7 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial)}, nil
+	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log)}, nil
 }
 
 // Name returns the node's name.

@@ -24,14 +24,14 @@ func TestParseURL(t *testing.T) {
 		{"rediss://user:pw@example.com:6380/1", "example.com:6380/1", ""},
 		{"redis://[::1]:6379", "[::1]:6379/0", ""},
 		{"http://localhost", "", "scheme must be redis:// or rediss://"},
-		{"localhost:6379", "", "scheme must be"},
+		{"localhost:6379", "", "not a URL"},
 		{"redis://", "", "missing host"},
-		{"redis://h:0", "", "bad port"},
+		{"redis://h:0", "", "must be 1 to 65535"},
 		{"redis://h:abc", "", "invalid URL"},
-		{"redis://h/-1", "", "not a non-negative number"},
+		{"redis://h/-1", "", "not a decimal number"},
 		{"redis://h/?db=2", "", "in the path"},
 		{"redis://u:topsecret@h/x", "", `database "x"`},
-		{"redis://u:topsecret@h:abc", "", "invalid port"},
+		{"redis://u:topsecret@h:abc", "", `port "abc"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {

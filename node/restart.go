@@ -224,9 +224,9 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 // refuses the acquire script until the quarantine ends, and passes everything
 // else through. Acquire checks the quarantine before it sends, but the dial that
 // detects a restart may be the one made for that very call; the connection is
-// what stops its SET. On a pipelined connection the refusal of Send fails the
-// connection (the commands queued on it fail with the same error), and the
-// next call dials again; later acquisitions stop at Acquire's own check.
+// what stops its SET. The pipelining mux asks the connection (check) before it
+// queues a command, so a refusal fails that command only: the releases and
+// extensions pipelined with it go through.
 type quarantinedConn struct {
 	redis.Conn
 	q *quarantine

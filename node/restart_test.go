@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,4 +224,40 @@ func TestRestartGuard(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorIs(t, g.Observe("# Server\r\nredis_version:7\r\n", time.Now()), node.ErrUnexpectedReply)
 	assert.NoError(t, g.Refusal())
+}
+
+// TestQuarantineRefusesOnlyAcquisitions: the connection that detects the
+// quarantine refuses the acquisitions queued on it, and only them: releases
+// pipelined on the same connection go through.
+func TestQuarantineRefusesOnlyAcquisitions(t *testing.T) {
+	srv := redistest.Start(t)
+	n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(10*time.Second))
+	require.NoError(t, err)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start // all wait for the same first dial, then share its connection
+			if i%8 == 0 {
+				_, err := n.Acquire(ctx, "a"+strconv.Itoa(i), "f", "tok", time.Second)
+				assert.ErrorIs(t, err, node.ErrQuarantined)
+				return
+			}
+			_, err := n.Release(ctx, "r"+strconv.Itoa(i), "tok", true)
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err, "a release pipelined with a refused acquisition")
+	}
+	assert.Empty(t, srv.Keys("a*"), "no refused SET reached the node")
 }

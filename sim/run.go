@@ -15,7 +15,7 @@ import (
 const Resource = "r"
 
 // LockKey is Resource's lock key on the nodes (the default prefix).
-const LockKey = redlock.DefaultKeyPrefix + "{" + Resource + "}"
+var LockKey = redlock.LockKey(redlock.DefaultKeyPrefix, Resource)
 
 // Result is the outcome of one run.
 type Result struct {
@@ -81,7 +81,7 @@ func scheduleWorld(s Schedule, netLog bool) (w *World, prober, warm int) {
 	w = NewWorld(WorldConfig{
 		Seed: s.Seed, Nodes: s.Nodes, Clients: nc,
 		TTL: s.TTL, NodeTimeout: s.NodeTimeout, DriftFactor: s.DriftFactor,
-		Rates: s.Rates, Steps: s.Steps,
+		Rates: s.Rates, Steps: s.Steps, Breaker: s.Breaker,
 		Links: func(c, n int) LinkFaults {
 			if c >= s.Clients {
 				return LinkFaults{MinDelay: 20 * time.Microsecond, MaxDelay: 2 * time.Millisecond}
@@ -457,7 +457,7 @@ func (r *runner) driver() {
 }
 
 // FenceKey is Resource's fence counter key.
-const FenceKey = LockKey + ":fence"
+var FenceKey = redlock.FenceKey(redlock.DefaultKeyPrefix, Resource)
 
 // wipeDetectable reports whether n may lose its fence counter without breaking
 // fencing: either no node has a counter yet (nothing to lose), or the other

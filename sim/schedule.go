@@ -69,6 +69,11 @@ type Profile struct {
 	// mutant deployment, to show that the checker catches a lock that
 	// underestimates drift.
 	ClientDriftFactor float64
+	// Breaker turns the clients' node circuit breakers on (redlock.WithBreaker).
+	// Off by default: a breaker changes only which calls are sent, never a
+	// vote, but its state depends on the order of calls that end at one virtual
+	// instant, which would make replays differ.
+	Breaker bool
 }
 
 // Crash is a planned node crash.
@@ -120,6 +125,7 @@ type Schedule struct {
 	Sessions    int           // at most this many lock sessions per client
 	Attempts    int           // at most this many TryLock attempts per session
 	BackoffMax  time.Duration // between attempts, uniform in (0, BackoffMax]
+	Breaker     bool          // node circuit breakers on (Profile.Breaker)
 	PrePause    bool          // pauses between the acquisition and the validity check
 	PostPause   bool          // pauses between the check and the write, within validity
 	BrokenPause float64       // probability that a post-check pause exceeds the TTL
@@ -173,6 +179,7 @@ func Generate(seed uint64, p Profile) Schedule {
 	}
 	g.crashes()
 	s.PrePause = p.Faults.Pauses
+	s.Breaker = p.Breaker
 	s.PostPause = p.Faults.Pauses
 	if p.ClientDriftFactor > 0 {
 		s.DriftFactor = p.ClientDriftFactor // the bounds above used the true factor

@@ -232,9 +232,13 @@ func TestSimHeld(t *testing.T) {
 	}
 	n := *flagSchedules
 	if n <= 0 {
-		n = 10000
-		if testing.Short() {
+		switch {
+		case testing.Short():
 			n = 2000
+		case raceEnabled:
+			n = 3000 // the README's test command; go test ./sim runs 10 000
+		default:
+			n = 10000
 		}
 	}
 	b := runMany(t, heldProfile, n, func(r *sim.Result) bool { return r.Violations() > 0 })
@@ -249,6 +253,39 @@ func TestSimHeld(t *testing.T) {
 	}
 	if b.violations > 0 {
 		t.Errorf("%d violations in %d schedules within the preconditions", b.violations, b.schedules)
+	}
+}
+
+// TestSimHeldBreaker runs held schedules with the clients' node circuit
+// breakers on: failing fast on a node that timed out, and deferring cleanup
+// releases until it answers a probe, keep the lock safe.
+func TestSimHeldBreaker(t *testing.T) {
+	p := heldProfile
+	p.Name, p.Breaker = "held-breaker", true
+	if *flagSeed != 0 {
+		if res := replay(t, "^TestSimHeldBreaker$", p); res.Violations() > 0 {
+			t.Errorf("seed %d: %d violations", *flagSeed, res.Violations())
+		}
+		return
+	}
+	n := *flagSchedules
+	if n <= 0 {
+		n = 500
+		if testing.Short() || raceEnabled {
+			n = 200
+		}
+	}
+	b := runMany(t, p, n, func(r *sim.Result) bool { return r.Violations() > 0 })
+	b.log(t)
+	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held breakers=on violations=%d", b.schedules, b.violations))
+	for i, res := range b.failed {
+		if i == 3 {
+			break
+		}
+		report(t, "^TestSimHeldBreaker$", res)
+	}
+	if b.violations > 0 {
+		t.Errorf("%d violations in %d schedules within the preconditions, breakers on", b.violations, b.schedules)
 	}
 }
 

@@ -28,6 +28,7 @@ type World struct {
 	NodeTimeout time.Duration
 	DriftFactor float64
 
+	breaker bool
 	start   time.Time
 	done    chan struct{}
 	nodes   []*Node
@@ -70,6 +71,8 @@ type WorldConfig struct {
 	Links func(c, n int) LinkFaults
 	// Names names the clients in the timeline (default A, B, C, ...).
 	Names []string
+	// Breaker turns the clients' node circuit breakers on (see Profile.Breaker).
+	Breaker bool
 	// NetLog records every message in the timeline (scripted scenarios and
 	// replays turn it on; it costs a little time).
 	NetLog bool
@@ -79,6 +82,7 @@ type WorldConfig struct {
 func NewWorld(cfg WorldConfig) *World {
 	w := &World{
 		Seed: cfg.Seed, TTL: cfg.TTL, NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
+		breaker: cfg.Breaker,
 		start:   time.Now(),
 		done:    make(chan struct{}),
 		scripts: scriptNames{names: map[string]string{}},
@@ -199,11 +203,15 @@ func (w *World) NewClient(c int, opts ...redlock.Option) (*redlock.Client, error
 		w.rnodes = append(w.rnodes, rn)
 		w.mu.Unlock()
 	}
-	all := append([]redlock.Option{
+	all := []redlock.Option{
 		redlock.WithTTL(w.TTL),
 		redlock.WithNodeTimeout(w.NodeTimeout),
 		redlock.WithDriftFactor(w.DriftFactor),
-	}, opts...)
+	}
+	if !w.breaker {
+		all = append(all, redlock.WithBreaker(0))
+	}
+	all = append(all, opts...)
 	cl, err := redlock.New(nodes, all...)
 	if err != nil {
 		return nil, err

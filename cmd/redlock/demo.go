@@ -35,17 +35,14 @@ func (t *timeline) section(title string) {
 
 // demo runs the demonstration on n embedded nodes.
 func demo(out io.Writer, n int) error {
-	servers := make([]*miniredis.Miniredis, n)
-	urls := make([]string, n)
-	for i := range servers {
-		m := miniredis.NewMiniRedis()
-		m.ClockTTL(true) // TTLs run down with the clock, as in a real Redis
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return fmt.Errorf("start embedded node: %w", err)
+	servers, urls, err := startEmbedded(n)
+	defer func() {
+		for _, m := range servers {
+			m.Close()
 		}
-		defer m.Close()
-		servers[i] = m
-		urls[i] = "redis://" + m.Addr()
+	}()
+	if err != nil {
+		return err
 	}
 	client, err := redlock.Dial(urls, redlock.WithTTL(time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
 	if err != nil {
@@ -60,37 +57,73 @@ func demo(out io.Writer, n int) error {
 	if err := contend(client, tl, 4, 3); err != nil {
 		return err
 	}
-
 	if n >= 3 {
-		down := (n - 1) / 2
-		tl.section(fmt.Sprintf("2. %d of %d nodes killed: a majority is still up", down, n))
-		for i := 0; i < down; i++ {
-			servers[i].Close()
-			tl.say("chaos", "node %d (%s) killed", i+1, urls[i])
-		}
-		if err := contend(client, tl, 2, 2); err != nil {
+		if err := killMinority(client, tl, servers, urls); err != nil {
 			return err
 		}
-		servers[down].Close()
-		tl.say("chaos", "node %d killed too: no majority left", down+1)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		_, err := client.Lock(ctx, "nightly-report")
-		cancel()
-		var qe *redlock.QuorumError
-		if errors.As(err, &qe) {
-			tl.say("worker-1", "refused: %d of %d nodes agreed, %d failed (need %d)", qe.Agreed, qe.Nodes, qe.Failed, qe.Need)
-		} else {
-			return fmt.Errorf("expected a refusal without a majority, got %v", err)
-		}
-		for i := 0; i <= down; i++ {
-			if err := servers[i].Restart(); err != nil {
-				return err
-			}
-			servers[i].FlushAll() // restarted empty
-		}
-		tl.say("chaos", "nodes restarted (empty)")
 	}
+	if err := pausedHolder(client, tl); err != nil {
+		return err
+	}
+	if err := fenced(client, tl); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nA holder must check Until() before acting; fencing tokens make the resource itself refuse a late writer.")
+	return nil
+}
 
+// startEmbedded starts n in-process Redis nodes; the caller closes those
+// returned, even with an error.
+func startEmbedded(n int) ([]*miniredis.Miniredis, []string, error) {
+	var servers []*miniredis.Miniredis
+	var urls []string
+	for range n {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // TTLs run down with the clock, as in a real Redis
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return servers, nil, fmt.Errorf("start embedded node: %w", err)
+		}
+		servers = append(servers, m)
+		urls = append(urls, "redis://"+m.Addr())
+	}
+	return servers, urls, nil
+}
+
+// killMinority kills a minority of the nodes (locking still works), then one
+// more (it is refused), then restarts them empty.
+func killMinority(client *redlock.Client, tl *timeline, servers []*miniredis.Miniredis, urls []string) error {
+	n := len(servers)
+	down := (n - 1) / 2
+	tl.section(fmt.Sprintf("2. %d of %d nodes killed: a majority is still up", down, n))
+	for i := 0; i < down; i++ {
+		servers[i].Close()
+		tl.say("chaos", "node %d (%s) killed", i+1, urls[i])
+	}
+	if err := contend(client, tl, 2, 2); err != nil {
+		return err
+	}
+	servers[down].Close()
+	tl.say("chaos", "node %d killed too: no majority left", down+1)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := client.Lock(ctx, "nightly-report")
+	cancel()
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		return fmt.Errorf("expected a refusal without a majority, got %v", err)
+	}
+	tl.say("worker-1", "refused: %d of %d nodes agreed, %d failed (need %d)", qe.Agreed, qe.Nodes, qe.Failed, qe.Need)
+	for i := 0; i <= down; i++ {
+		if err := servers[i].Restart(); err != nil {
+			return err
+		}
+		servers[i].FlushAll() // restarted empty
+	}
+	tl.say("chaos", "nodes restarted (empty)")
+	return nil
+}
+
+// pausedHolder shows a holder that pauses past its lease lose the lock.
+func pausedHolder(client *redlock.Client, tl *timeline) error {
 	tl.section("3. a holder pauses past its lease")
 	ctx := context.Background()
 	a, err := client.Lock(ctx, "ledger", redlock.WithLockTTL(200*time.Millisecond))
@@ -106,20 +139,14 @@ func demo(out io.Writer, n int) error {
 	}
 	tl.say("worker-B", "acquired \"ledger\": A's lease ran out on the nodes")
 	tl.say("worker-A", "wakes up; its lease ended %v ago", time.Since(a.Until()).Round(time.Millisecond))
-	if err := a.Extend(ctx); errors.Is(err, redlock.ErrLockLost) {
-		tl.say("worker-A", "Extend: lock lost — A must not write")
-	} else {
+	if err := a.Extend(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		return fmt.Errorf("expected ErrLockLost for the paused holder, got %v", err)
 	}
+	tl.say("worker-A", "Extend: lock lost — A must not write")
 	if err := b.Release(ctx); err != nil {
 		return err
 	}
 	tl.say("worker-B", "released")
-
-	if err := fenced(client, tl); err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "\nA holder must check Until() before acting; fencing tokens make the resource itself refuse a late writer.")
 	return nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -35,7 +37,8 @@ Examples:
   redlock run nightly-report -- ./report.sh --date today
   redlock status nightly-report
 
-Run "redlock COMMAND --help" for the flags of a command.
+Run "redlock COMMAND --help" for the flags of a command, "redlock --version" for
+the version.
 `
 
 func main() {
@@ -49,6 +52,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
 			return run([]string{args[1], "--help"}, stdout, stderr)
@@ -130,13 +136,26 @@ func parseNamed(fs *flag.FlagSet, cmd string, args []string, help string, stdout
 		return "", nil, usageError(stderr, cmd, "missing the lock NAME"), false
 	}
 	name = fs.Arg(0)
-	if code, ok := parseFlags(fs, cmd, fs.Args()[1:], help, stdout, stderr); !ok {
+	dashBefore := dashAt(args, fs.Args())
+	after := fs.Args()[1:]
+	if code, ok := parseFlags(fs, cmd, after, help, stdout, stderr); !ok {
 		return "", nil, code, false
 	}
 	if strings.TrimSpace(name) == "" {
 		return "", nil, usageError(stderr, cmd, "empty lock NAME"), false
 	}
+	if dashBefore && fs.NArg() > 0 && !dashAt(after, fs.Args()) {
+		// "redlock run -- sleep 10" would take the lock "sleep" and run "10".
+		return "", nil, usageError(stderr, cmd, "%q given before NAME: write redlock %s [flags] NAME -- COMMAND (or -- NAME -- COMMAND for a NAME that starts with -)", "--", cmd), false
+	}
 	return name, fs.Args(), 0, true
+}
+
+// dashAt reports whether flag parsing of args stopped at a "--" it consumed,
+// rest being what it left.
+func dashAt(args, rest []string) bool {
+	i := len(args) - len(rest) - 1
+	return i >= 0 && args[i] == "--"
 }
 
 // usageError reports a usage error and returns exit status 2.
@@ -160,8 +179,8 @@ func flagHelp(fs *flag.FlagSet) string {
 		if arg != "" {
 			head += " " + arg
 		}
-		fmt.Fprintf(&b, "%-22s %s", head, text)
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
+		fmt.Fprintf(&b, "%-24s %s", head, text)
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
 			fmt.Fprintf(&b, " (default %s)", f.DefValue)
 		}
 		b.WriteByte('\n')
@@ -178,4 +197,28 @@ func checkDuration(name string, d time.Duration, allowZero bool) error {
 		return fmt.Errorf("--%s %v: must be positive", name, d)
 	}
 	return nil
+}
+
+// versionString returns the module version redlock was built from (with the VCS
+// revision when built from a checkout) and the Go version.
+func versionString() string {
+	v := "(unknown)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if rev != "" && (v == "" || v == "(devel)") {
+			v = fmt.Sprintf("(devel) %.12s%s", rev, dirty)
+		}
+	}
+	return fmt.Sprintf("redlock %s %s", v, runtime.Version())
 }

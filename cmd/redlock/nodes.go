@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,8 +22,10 @@ const envNodes = "REDLOCK_NODES"
 // so that no message ever shows one.
 type nodeSet struct {
 	urls    []string
+	parsed  []*node.URL
 	names   []string // canonical host:port/db, as in the library's errors
 	secrets []string
+	tls     *tls.Config // rediss:// nodes; nil: the defaults
 }
 
 // parseNodes returns the nodes given by the --nodes flag value or, when it is
@@ -39,14 +42,14 @@ func parseNodes(flagValue string) (*nodeSet, error) {
 	parts := strings.Split(raw, ",")
 	ns := &nodeSet{}
 	for _, p := range parts {
-		if pw := password(strings.TrimSpace(p)); pw != "" {
-			ns.secrets = append(ns.secrets, pw)
+		if u, err := node.Parse(strings.TrimSpace(p)); err == nil && u.Password != "" {
+			ns.secrets = append(ns.secrets, u.Password)
 		}
 	}
 	if len(parts) > redlock.MaxNodes {
 		return nil, fmt.Errorf("%s: %d nodes is more than the maximum %d", from, len(parts), redlock.MaxNodes)
 	}
-	seen := make(map[string]int, len(parts))
+	seen := make(map[string]int, len(parts)) // host:port: dbs of one instance are one node
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		where := fmt.Sprintf("%s: node %d of %d", from, i+1, len(parts))
@@ -54,21 +57,24 @@ func parseNodes(flagValue string) (*nodeSet, error) {
 			return nil, fmt.Errorf("%s is empty (a stray comma?)", where)
 		}
 		if !strings.Contains(p, "://") {
+			shown := node.Redact(p)
 			if scheme, _, _ := strings.Cut(p, ":"); scheme != "redis" && scheme != "rediss" {
-				return nil, fmt.Errorf("%s: %q is not a URL: write redis://%s", where, redactRaw(p), redactRaw(p))
+				return nil, fmt.Errorf("%s: %q is not a URL: write redis://%s", where, shown, shown)
 			}
-			return nil, fmt.Errorf("%s: %q is not a URL of the form redis://host[:port][/db]", where, redactRaw(p))
+			return nil, fmt.Errorf("%s: %q is not a URL of the form redis://host[:port][/db]", where, shown)
 		}
-		name, err := node.ParseURL(p)
+		u, err := node.Parse(p)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s", where, ns.scrub(strings.TrimPrefix(err.Error(), "node: ")))
+			return nil, fmt.Errorf("%s: %s", where, strings.TrimPrefix(err.Error(), "node: "))
 		}
-		if j, dup := seen[name]; dup {
-			return nil, fmt.Errorf("%s: %s is also node %d: each node must be a different, independent Redis instance", where, name, j+1)
+		if j, dup := seen[u.Addr()]; dup {
+			return nil, fmt.Errorf("%s: %s is the Redis instance of node %d (%s): each node must be a different, independent Redis instance",
+				where, u.Name(), j+1, ns.names[j])
 		}
-		seen[name] = i
+		seen[u.Addr()] = i
 		ns.urls = append(ns.urls, p)
-		ns.names = append(ns.names, name)
+		ns.names = append(ns.names, u.Name())
+		ns.parsed = append(ns.parsed, u)
 	}
 	return ns, nil
 }
@@ -85,31 +91,6 @@ func (ns *nodeSet) scrub(msg string) string {
 		msg = strings.ReplaceAll(msg, s, "xxxxx")
 	}
 	return msg
-}
-
-// password returns the password of a URL-like string, or "".
-func password(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	if at < 0 {
-		return ""
-	}
-	start := 0
-	if i := strings.Index(raw, "://"); i >= 0 && i < at {
-		start = i + 3
-	}
-	_, pw, ok := strings.Cut(raw[start:at], ":")
-	if !ok {
-		return ""
-	}
-	return pw
-}
-
-// redactRaw replaces the password of a URL-like string with xxxxx.
-func redactRaw(raw string) string {
-	if pw := password(raw); pw != "" {
-		return strings.Replace(raw, ":"+pw+"@", ":xxxxx@", 1)
-	}
-	return raw
 }
 
 // describeNodeErr says what went wrong with one node, briefly.

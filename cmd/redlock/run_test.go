@@ -263,11 +263,12 @@ func TestRunBadNodes(t *testing.T) {
 	}{
 		{"", "no nodes: give --nodes"},
 		{"redis://127.0.0.1:7000,redis://user:s3cret@127.0.0.1:port", "--nodes: node 2 of 2: invalid URL"},
-		{"redis://:s3cret@127.0.0.1:99999", `bad port "99999"`},
+		{"redis://:s3cret@127.0.0.1:99999", `port "99999"`},
 		{"127.0.0.1:6379", `"127.0.0.1:6379" is not a URL: write redis://127.0.0.1:6379`},
 		{"http://127.0.0.1", "scheme must be redis:// or rediss://"},
 		{"redis://a,,redis://b", "node 2 of 3 is empty"},
-		{"redis://a:6379,redis://A", "node 2 of 2: a:6379/0 is also node 1"},
+		{"redis://a:6379,redis://A", "node 2 of 2: a:6379/0 is the Redis instance of node 1"},
+		{"redis://a/0,redis://b,redis://a/1", "node 3 of 3: a:6379/1 is the Redis instance of node 1 (a:6379/0)"},
 	}
 	for _, tt := range tests {
 		for _, cmd := range [][]string{{"run", "--nodes", tt.nodes, "job", "--", "true"}, {"status", "--nodes", tt.nodes, "job"}} {

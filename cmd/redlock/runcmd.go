@@ -53,8 +53,11 @@ run: redlock exits with status 75 (EX_TEMPFAIL) and says why on stderr.
 Flags:
 %s
 Environment:
-  REDLOCK_NODES   the node URLs, when --nodes is not given
-  REDLOCK_FENCE   set for COMMAND: the lock's fencing token (a decimal number >= 1)
+  REDLOCK_NODES            the node URLs, when --nodes is not given
+%s  REDLOCK_FENCE            set for COMMAND: the lock's fencing token (a decimal number >= 1)
+
+COMMAND gets redlock's environment without REDLOCK_PASSWORD and
+REDLOCK_PASSWORD_FILE, and with REDLOCK_NODES stripped of user names and passwords.
 
 Exit status:
   N     COMMAND's exit status; 128+N if signal N killed it
@@ -82,6 +85,7 @@ type runOptions struct {
 	wait        time.Duration
 	grace       time.Duration
 	nodeTimeout time.Duration
+	conn        connFlags
 }
 
 // lockedWriter serialises the writes of COMMAND's output copiers and redlock's
@@ -123,7 +127,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	flags.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
 	flags.DurationVar(&o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
 	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
-	help := fmt.Sprintf(runHelpText, flagHelp(flags))
+	o.conn.register(flags)
+	help := fmt.Sprintf(runHelpText, flagHelp(flags), connEnvHelp)
 
 	name, argv, code, ok := parseNamed(flags, "run", args, help, stdout, stderr)
 	if !ok {
@@ -142,6 +147,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	ns, err := parseNodes(o.nodes)
+	if err == nil {
+		err = o.conn.apply(ns)
+	}
 	if err != nil {
 		return usageError(stderr, "run", "%v", err)
 	}
@@ -166,7 +174,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	outW, errW := childWriters(stdout, stderr)
 	r := &runner{o: o, name: name, ns: ns, cmd: cmd, stdout: outW, stderr: errW}
 	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
-		redlock.WithKeyPrefix(o.prefix), redlock.WithHooks(redlock.Hooks{OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
+		redlock.WithKeyPrefix(o.prefix), redlock.WithHooks(redlock.Hooks{OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}),
+		redlock.WithNodeOptions(ns.nodeOptions()...))
 	if err != nil {
 		return usageError(stderr, "run", "%s", ns.scrub(invalidMessage(err)))
 	}
@@ -214,7 +223,7 @@ func (r *runner) run() int {
 	r.cmd.Stdin = os.Stdin
 	r.cmd.Stdout = r.stdout
 	r.cmd.Stderr = r.stderr
-	r.cmd.Env = append(os.Environ(), envFence+"="+strconv.FormatUint(tok, 10))
+	r.cmd.Env = append(childEnv(os.Environ()), envFence+"="+strconv.FormatUint(tok, 10)) // no secrets
 	// When the output goes through pipes (not files), do not wait forever for
 	// processes that COMMAND left behind and that hold them open.
 	r.cmd.WaitDelay = time.Second

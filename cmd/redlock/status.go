@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 )
 
 const statusHelpText = `Usage: redlock status [flags] NAME
@@ -27,8 +29,8 @@ with the error. It only reads: it never takes, extends or releases the lock.
 Flags:
 %s
 Environment:
-  REDLOCK_NODES   the node URLs, when --nodes is not given
-
+  REDLOCK_NODES            the node URLs, when --nodes is not given
+%s
 Exit status:
   0   a majority of the nodes answered (whether the lock is held or not)
   1   fewer than a majority answered: whether the lock is held cannot be told
@@ -48,6 +50,7 @@ type nodeStatus struct {
 	holder   string // digest of the token
 	fence    uint64
 	hasFence bool
+	info     string // INFO server, to tell two addresses of one instance
 }
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
@@ -55,59 +58,90 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
 	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	timeout := flags.Duration("timeout", 2*time.Second, "how long to wait for each node")
-	help := fmt.Sprintf(statusHelpText, flagHelp(flags))
+	var conn connFlags
+	conn.register(flags)
+	help := fmt.Sprintf(statusHelpText, flagHelp(flags), connEnvHelp)
 
 	name, rest, code, ok := parseNamed(flags, "status", args, help, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(rest) > 0 {
-		return usageError(stderr, "status", "unexpected argument %q after NAME", rest[0])
+	ns, err := checkStatusArgs(name, rest, *prefix, *nodesFlag, *timeout)
+	if err == nil {
+		err = conn.apply(ns)
 	}
-	if err := checkDuration("timeout", *timeout, false); err != nil {
-		return usageError(stderr, "status", "%v", err)
-	}
-	if strings.ContainsAny(*prefix, "{}") {
-		return usageError(stderr, "status", "--key-prefix %q: must not contain braces", *prefix)
-	}
-	if len(name) > redlock.MaxResourceLen {
-		return usageError(stderr, "status", "lock name of %d bytes exceeds %d", len(name), redlock.MaxResourceLen)
-	}
-	ns, err := parseNodes(*nodesFlag)
 	if err != nil {
 		return usageError(stderr, "status", "%v", err)
 	}
+	key, fenceKey := redlock.LockKey(*prefix, name), redlock.FenceKey(*prefix, name)
+	statuses := readStatuses(ns, key, fenceKey, *timeout)
 
-	// The keys as documented in docs/safety.md: prefix{NAME} and prefix{NAME}:fence.
-	key := *prefix + "{" + name + "}"
-	fenceKey := key + ":fence"
+	fmt.Fprintf(stdout, "lock %q (key %s) on %d nodes, majority %d\n\n", name, key, len(ns.urls), ns.majority())
+	sum := printStatuses(stdout, ns, statuses, *timeout)
+	fmt.Fprintln(stdout)
+	sum.print(stdout, len(ns.urls), ns.majority())
+	if sum.answered < ns.majority() {
+		return 1
+	}
+	return 0
+}
+
+// checkStatusArgs validates status's arguments and parses its nodes.
+func checkStatusArgs(name string, rest []string, prefix, nodes string, timeout time.Duration) (*nodeSet, error) {
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("unexpected argument %q after NAME", rest[0])
+	}
+	if err := checkDuration("timeout", timeout, false); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("--key-prefix %q: must not contain braces", prefix)
+	}
+	if len(name) > redlock.MaxResourceLen {
+		return nil, fmt.Errorf("lock name of %d bytes exceeds %d", len(name), redlock.MaxResourceLen)
+	}
+	return parseNodes(nodes)
+}
+
+// readStatuses asks every node at once.
+func readStatuses(ns *nodeSet, key, fenceKey string, timeout time.Duration) []nodeStatus {
 	statuses := make([]nodeStatus, len(ns.urls))
 	var wg sync.WaitGroup
-	for i, u := range ns.urls {
+	for i := range ns.urls {
 		wg.Go(func() {
-			statuses[i] = readStatus(u, key, fenceKey, *timeout)
+			dial := func(ctx context.Context) (redis.Conn, error) { return ns.dial(ctx, i, timeout) }
+			statuses[i] = readStatus(dial, key, fenceKey, timeout)
 			statuses[i].name = ns.names[i]
 		})
 	}
 	wg.Wait()
+	sameInstances(statuses)
+	return statuses
+}
 
-	fmt.Fprintf(stdout, "lock %q (key %s) on %d nodes, majority %d\n\n", name, key, len(ns.urls), ns.majority())
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+// statusSummary is what the nodes that answered say together.
+type statusSummary struct {
+	answered int
+	holders  map[string]int // holder digest -> nodes holding for it
+	maxFence uint64
+	anyFence bool
+}
+
+// printStatuses writes one table row per node and sums up the answers.
+func printStatuses(w io.Writer, ns *nodeSet, statuses []nodeStatus, timeout time.Duration) statusSummary {
+	sum := statusSummary{holders: map[string]int{}}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tHELD\tTTL\tHOLDER\tFENCE")
-	answered := 0
-	holders := map[string]int{}
-	var maxFence uint64
-	anyFence := false
 	for _, s := range statuses {
 		if s.err != nil {
-			fmt.Fprintf(tw, "%s\terror: %s\n", s.name, ns.scrub(describeNodeErr(s.err, *timeout)))
+			fmt.Fprintf(tw, "%s\terror: %s\n", s.name, ns.scrub(describeNodeErr(s.err, timeout)))
 			continue
 		}
-		answered++
+		sum.answered++
 		held, ttl, holder, fence := "no", "-", "-", "-"
 		if s.held {
 			held, holder = "yes", s.holder
-			holders[s.holder]++
+			sum.holders[s.holder]++
 			ttl = "no expiry"
 			if s.pttl >= 0 {
 				ttl = (time.Duration(s.pttl) * time.Millisecond).String()
@@ -115,49 +149,46 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		if s.hasFence {
 			fence = strconv.FormatUint(s.fence, 10)
-			anyFence = true
-			maxFence = max(maxFence, s.fence)
+			sum.anyFence = true
+			sum.maxFence = max(sum.maxFence, s.fence)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.name, held, ttl, holder, fence)
 	}
 	tw.Flush()
-	fmt.Fprintln(stdout)
+	return sum
+}
 
-	n, m := len(ns.urls), ns.majority()
-	if answered < m {
-		fmt.Fprintf(stdout, "only %d of %d nodes answered (majority %d): cannot tell whether the lock is held\n", answered, n, m)
+// print writes the verdict on n nodes with majority m.
+func (sum statusSummary) print(w io.Writer, n, m int) {
+	if sum.answered < m {
+		fmt.Fprintf(w, "only %d of %d nodes answered (majority %d): cannot tell whether the lock is held\n", sum.answered, n, m)
 	} else {
-		top, k := topHolder(holders)
+		top, k := topHolder(sum.holders)
 		switch {
 		case k == 0:
-			fmt.Fprintf(stdout, "held on 0 of %d nodes (majority %d): free\n", n, m)
+			fmt.Fprintf(w, "held on 0 of %d nodes (majority %d): free\n", n, m)
 		case k >= m:
-			fmt.Fprintf(stdout, "held on %d of %d nodes (majority %d) by holder %s\n", k, n, m, top)
+			fmt.Fprintf(w, "held on %d of %d nodes (majority %d) by holder %s\n", k, n, m, top)
 		default:
-			fmt.Fprintf(stdout, "held on %d of %d nodes (majority %d): no holder has a majority (an acquisition in progress, or leftovers that expire by themselves)\n", k, n, m)
+			fmt.Fprintf(w, "held on %d of %d nodes (majority %d): no holder has a majority (an acquisition in progress, or leftovers that expire by themselves)\n", k, n, m)
 		}
-		if len(holders) > 1 {
-			fmt.Fprintf(stdout, "holders: %s\n", holderList(holders))
+		if len(sum.holders) > 1 {
+			fmt.Fprintf(w, "holders: %s\n", holderList(sum.holders))
 		}
 	}
-	if anyFence {
-		fmt.Fprintf(stdout, "fencing counter: %d (highest of the nodes that answered)\n", maxFence)
-	} else if answered > 0 {
-		fmt.Fprintln(stdout, "fencing counter: none (no fenced holder yet)")
+	if sum.anyFence {
+		fmt.Fprintf(w, "fencing counter: %d (highest of the nodes that answered)\n", sum.maxFence)
+	} else if sum.answered > 0 {
+		fmt.Fprintln(w, "fencing counter: none (no fenced holder yet)")
 	}
-	if answered < m {
-		return 1
-	}
-	return 0
 }
 
 // readStatus reads the lock key, its PTTL and the fence counter from one node,
 // in one transaction.
-func readStatus(url, key, fenceKey string, timeout time.Duration) nodeStatus {
+func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey string, timeout time.Duration) nodeStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := redis.DialURLContext(ctx, url,
-		redis.DialConnectTimeout(timeout), redis.DialReadTimeout(timeout), redis.DialWriteTimeout(timeout))
+	c, err := dial(ctx)
 	if err != nil {
 		return nodeStatus{err: err}
 	}
@@ -175,6 +206,7 @@ func readStatus(url, key, fenceKey string, timeout time.Duration) nodeStatus {
 		return nodeStatus{err: fmt.Errorf("unexpected reply %v", vals)}
 	}
 	var s nodeStatus
+	s.info, _ = redis.String(redis.DoContext(c, ctx, "INFO", "server")) // optional: ACLs may refuse it
 	token, err := redis.String(vals[0], nil)
 	switch {
 	case err == redis.ErrNil:
@@ -198,6 +230,21 @@ func readStatus(url, key, fenceKey string, timeout time.Duration) nodeStatus {
 		s.hasFence = true
 	}
 	return s
+}
+
+// sameInstances marks as failed the nodes that reached a process an earlier
+// node reached (the same run_id): one instance is one vote.
+func sameInstances(statuses []nodeStatus) {
+	set := node.NewInstances()
+	for i := range statuses {
+		s := &statuses[i]
+		if s.err != nil || s.info == "" {
+			continue
+		}
+		if err := set.Observe(s.name, s.info); errors.Is(err, node.ErrSameInstance) {
+			s.err = err
+		}
+	}
 }
 
 // topHolder returns the holder on the most nodes, and on how many.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +34,7 @@ const (
 const ReportEnv = "REDLOCK_FAULT_REPORT"
 
 // KeyPrefix is the clients' key prefix; the lock key of resource r is
-// KeyPrefix + "{" + r + "}".
+// redlock.LockKey(KeyPrefix, r).
 const KeyPrefix = "fault:"
 
 // Config describes one run of the workload.
@@ -380,7 +379,7 @@ func (r *Run) Round(rd Round) (err error) {
 	n := r.rounds
 	r.mu.Unlock()
 	name := r.cfg.Resources[0]
-	key := KeyPrefix + "{" + name + "}"
+	key := redlock.LockKey(KeyPrefix, name)
 	blocker := r.cfg.Cluster.Node(rd.Blocker)
 	token := fmt.Sprintf("injector-%d", n)
 
@@ -477,7 +476,7 @@ func (r *Run) Round(rd Round) (err error) {
 func (r *Run) fencedEverywhere() bool {
 	keys := make([]any, 0, len(r.cfg.Resources))
 	for _, name := range r.cfg.Resources {
-		keys = append(keys, KeyPrefix+"{"+name+"}:fence")
+		keys = append(keys, redlock.FenceKey(KeyPrefix, name))
 	}
 	for _, nd := range r.cfg.Cluster.Nodes() {
 		n, err := redis.Int(redisDo(nd.ProxyAddr(), "EXISTS", keys...))
@@ -535,13 +534,7 @@ func (r *Run) Finish() Result {
 
 	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s",
 		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions)
-	fmt.Println(line)
-	if path := os.Getenv(ReportEnv); path != "" {
-		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			fmt.Fprintln(f, line)
-			f.Close()
-		}
-	}
+	report(line)
 	var longest time.Duration
 	for _, o := range res.Overlaps {
 		longest = max(longest, o.Duration())

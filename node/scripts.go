@@ -1,0 +1,52 @@
+package node
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Script is one of the Lua scripts a node runs, exported so that nodes built on
+// other Redis clients (the goredis and rueidis adapter modules) send exactly the
+// same code: run it with EVALSHA Hash, and with EVAL Source when the server
+// answers NOSCRIPT. Every script takes Keys keys; the keys of one call share a
+// hash slot (the lock client's keys carry a Cluster hash tag).
+type Script struct{ s *script }
+
+// Source returns the Lua source.
+func (s Script) Source() string { return s.s.src }
+
+// Hash returns the SHA-1 of the source, as EVALSHA takes it.
+func (s Script) Hash() string { return s.s.hash }
+
+// Keys returns how many of the script's arguments are keys.
+func (s Script) Keys() int { return s.s.keys }
+
+// The scripts behind the Node methods, with their arguments (all sent as
+// strings; a TTL in whole milliseconds, a fence as a decimal uint64).
+var (
+	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms. Reply
+	// {0|1, fence counter as a decimal string, 0|1 counter present}; see
+	// ParseAcquired.
+	AcquireScript = Script{acquireScript}
+	// ReleaseScript: KEYS lock; ARGV token, "1" to notify waiters or "0".
+	// Reply 1 when deleted.
+	ReleaseScript = Script{releaseScript}
+	// ExtendScript: KEYS lock; ARGV token, TTL ms. Reply 1 when extended.
+	ExtendScript = Script{extendScript}
+	// WriteFenceScript: KEYS lock, fence; ARGV token, fence. Reply 1 when the
+	// lock was held.
+	WriteFenceScript = Script{fenceScript}
+	// RaiseFenceScript: KEYS fence; ARGV fence. Reply 1.
+	RaiseFenceScript = Script{raiseScript}
+)
+
+// ParseAcquired reads the three elements of AcquireScript's reply, as an
+// adapter decoded them: ok (0 or 1), the counter (a decimal string) and
+// present (0 or 1). A counter that is not a uint64 is ErrUnexpectedReply.
+func ParseAcquired(ok int64, fence string, present int64) (Acquired, error) {
+	f, err := strconv.ParseUint(fence, 10, 64)
+	if err != nil {
+		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fence)
+	}
+	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+}

@@ -1,0 +1,497 @@
+// Package nodetest is the conformance suite of node.Node: every implementation
+// (the core's *node.Redis, the goredis and rueidis adapter modules, yours) runs
+// Run against a real Redis and must pass it. The suite uses the Node methods
+// only, so it needs no access to the server; each subtest makes its own node
+// with newNode and uses keys of its own, so the nodes of one Run may share a
+// server (or a Sentinel set, or a Cluster).
+//
+// What it checks: Acquire is SET NX PX (one owner among concurrent callers, the
+// TTL honoured, the fence counter read with it and exact for any uint64);
+// Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
+// token changes nothing; Extend never re-creates a key); WriteFence raises the
+// counter only for the holder and never lowers it, RaiseFence for anyone; a
+// node that implements node.Watcher notifies a release made with notify; every
+// call returns an error promptly on a cancelled context; two lock clients over
+// two such nodes exclude each other, fence and hand the lock over; and every
+// call returns an error promptly on a cancelled context and, with WithPause, by
+// its deadline on a server that stopped answering.
+//
+// The package is part of the core module (it imports the lock client), but
+// only test code should import it.
+package nodetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
+)
+
+// Option configures Run.
+type Option func(*config)
+
+type config struct {
+	pause func(t *testing.T) (resume func())
+}
+
+// WithPause lets Run check that calls return by their context's deadline when
+// the server does not answer: pause must make every server behind the nodes
+// stop answering (redistest.Server.Pause: SIGSTOP) and return a function that
+// makes them answer again.
+func WithPause(pause func(t *testing.T) (resume func())) Option {
+	return func(c *config) { c.pause = pause }
+}
+
+// Run runs the suite as subtests of t. newNode returns a node connected to the
+// server under test; the suite closes it.
+func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
+	t.Helper()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &suite{newNode: newNode, run: randomHex(6)}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, node.Node, keys)
+	}{
+		{"Name", s.name},
+		{"AcquireIsSetNX", s.acquireNX},
+		{"AcquireOneOwnerAmongConcurrentCallers", s.acquireConcurrent},
+		{"AcquireTTLExpires", s.acquireTTL},
+		{"ReleaseIsCompareAndDelete", s.release},
+		{"ExtendIsCompareAndPExpire", s.extend},
+		{"ExtendNeverRecreates", s.extendNeverRecreates},
+		{"FenceCounter", s.fenceCounter},
+		{"WriteFenceOnlyForHolder", s.writeFence},
+		{"RaiseFence", s.raiseFence},
+		{"Watch", s.watch},
+		{"CancelledContext", s.cancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := s.node(t)
+			tc.fn(t, n, s.keys(t))
+		})
+	}
+	t.Run("LockClient", s.lockClient)
+	if cfg.pause != nil {
+		t.Run("DeadlineOnUnresponsiveServer", func(t *testing.T) {
+			s.deadline(t, s.node(t), s.keys(t), cfg.pause)
+		})
+	}
+}
+
+type suite struct {
+	newNode func(t *testing.T) node.Node
+	run     string // distinguishes the keys of two runs on one server
+	seq     atomic.Int64
+}
+
+// keys is one subtest's lock key and fence key, in one hash slot.
+type keys struct{ lock, fence string }
+
+func (s *suite) keys(t *testing.T) keys {
+	tag := fmt.Sprintf("%s-%d-%s", s.run, s.seq.Add(1), strings.ReplaceAll(t.Name(), "/", "."))
+	return keys{lock: "nodetest:{" + tag + "}", fence: "nodetest:{" + tag + "}:fence"}
+}
+
+func (s *suite) node(t *testing.T) node.Node {
+	t.Helper()
+	n := s.newNode(t)
+	if n == nil {
+		t.Fatal("nodetest: newNode returned nil")
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return n
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func token() string { return randomHex(16) }
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func acquire(t *testing.T, n node.Node, k keys, tok string, ttl time.Duration) node.Acquired {
+	t.Helper()
+	a, err := n.Acquire(ctx(t), k.lock, k.fence, tok, ttl)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return a
+}
+
+func must(t *testing.T, what string, ok bool, err error, want bool) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if ok != want {
+		t.Fatalf("%s reported %v, want %v", what, ok, want)
+	}
+}
+
+func (s *suite) name(t *testing.T, n node.Node, _ keys) {
+	if strings.TrimSpace(n.Name()) == "" {
+		t.Fatal("Name is empty")
+	}
+}
+
+func (s *suite) acquireNX(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	if got := acquire(t, n, k, a, time.Minute); got != (node.Acquired{OK: true}) {
+		t.Fatalf("first Acquire on a fresh key = %+v, want {OK:true Fence:0 HasFence:false}", got)
+	}
+	if got := acquire(t, n, k, b, time.Minute); got.OK {
+		t.Fatal("a second token acquired a held key")
+	}
+	if got := acquire(t, n, k, a, time.Minute); got.OK {
+		t.Fatal("the holder's own token acquired its held key again: Acquire must be NX")
+	}
+}
+
+func (s *suite) acquireConcurrent(t *testing.T, n node.Node, k keys) {
+	const callers = 16
+	var wg sync.WaitGroup
+	var granted, failed atomic.Int32
+	for range callers {
+		wg.Go(func() {
+			a, err := n.Acquire(ctx(t), k.lock, k.fence, token(), time.Minute)
+			switch {
+			case err != nil:
+				failed.Add(1)
+				t.Errorf("Acquire: %v", err)
+			case a.OK:
+				granted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if g := granted.Load(); g != 1 {
+		t.Fatalf("%d of %d concurrent Acquire calls were granted, want exactly 1", g, callers)
+	}
+}
+
+func (s *suite) acquireTTL(t *testing.T, n node.Node, k keys) {
+	if !acquire(t, n, k, token(), 150*time.Millisecond).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	if acquire(t, n, k, token(), time.Minute).OK {
+		t.Fatal("acquired while the first lease runs")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !acquire(t, n, k, token(), time.Minute).OK {
+		t.Fatal("the key outlived its TTL (150ms, 300ms ago)")
+	}
+}
+
+func (s *suite) release(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	if !acquire(t, n, k, a, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	ok, err := n.Release(ctx(t), k.lock, b, true)
+	must(t, "Release with another token", ok, err, false)
+	if acquire(t, n, k, b, time.Minute).OK {
+		t.Fatal("another token's Release deleted the key")
+	}
+	ok, err = n.Release(ctx(t), k.lock, a, false)
+	must(t, "Release by the holder", ok, err, true)
+	ok, err = n.Release(ctx(t), k.lock, a, true)
+	must(t, "second Release", ok, err, false)
+	if !acquire(t, n, k, b, time.Minute).OK {
+		t.Fatal("the key survived its holder's Release")
+	}
+}
+
+func (s *suite) extend(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	if !acquire(t, n, k, a, 200*time.Millisecond).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	ok, err := n.Extend(ctx(t), k.lock, b, time.Minute)
+	must(t, "Extend with another token", ok, err, false)
+	ok, err = n.Extend(ctx(t), k.lock, a, time.Minute)
+	must(t, "Extend by the holder", ok, err, true)
+	time.Sleep(400 * time.Millisecond)
+	if acquire(t, n, k, b, time.Minute).OK {
+		t.Fatal("the key expired at its first TTL despite Extend")
+	}
+	ok, err = n.Extend(ctx(t), k.lock, a, 150*time.Millisecond)
+	must(t, "Extend to a shorter TTL", ok, err, true)
+	time.Sleep(300 * time.Millisecond)
+	if !acquire(t, n, k, b, time.Minute).OK {
+		t.Fatal("Extend did not set the new TTL")
+	}
+}
+
+func (s *suite) extendNeverRecreates(t *testing.T, n node.Node, k keys) {
+	a := token()
+	ok, err := n.Extend(ctx(t), k.lock, a, time.Minute)
+	must(t, "Extend of a missing key", ok, err, false)
+	if !acquire(t, n, k, token(), time.Minute).OK {
+		t.Fatal("Extend created the key")
+	}
+}
+
+func (s *suite) fenceCounter(t *testing.T, n node.Node, k keys) {
+	a := token()
+	if got := acquire(t, n, k, a, time.Minute); got.HasFence || got.Fence != 0 {
+		t.Fatalf("fresh resource: Acquire = %+v, want no counter", got)
+	}
+	for _, f := range []uint64{7, 1 << 53, 1<<53 + 1, math.MaxUint64} {
+		ok, err := n.WriteFence(ctx(t), k.lock, k.fence, a, f)
+		must(t, "WriteFence by the holder", ok, err, true)
+		got := acquire(t, n, k, token(), time.Minute)
+		if got.OK || !got.HasFence || got.Fence != f {
+			t.Fatalf("after WriteFence(%d): Acquire by another = %+v, want refused with the counter %d (read even when the SET fails, exact above 2^53)", f, got, f)
+		}
+	}
+}
+
+func (s *suite) writeFence(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	ok, err := n.WriteFence(ctx(t), k.lock, k.fence, a, 5)
+	must(t, "WriteFence without the lock", ok, err, false)
+	if got := acquire(t, n, k, a, time.Minute); !got.OK || got.HasFence {
+		t.Fatalf("Acquire = %+v: a refused WriteFence must not create the counter", got)
+	}
+	ok, err = n.WriteFence(ctx(t), k.lock, k.fence, b, 5)
+	must(t, "WriteFence with another token", ok, err, false)
+	ok, err = n.WriteFence(ctx(t), k.lock, k.fence, a, 100)
+	must(t, "WriteFence by the holder", ok, err, true)
+	ok, err = n.WriteFence(ctx(t), k.lock, k.fence, a, 9)
+	must(t, "WriteFence of a lower fence", ok, err, true)
+	if got := acquire(t, n, k, b, time.Minute); got.Fence != 100 {
+		t.Fatalf("counter = %d, want 100: WriteFence never lowers it", got.Fence)
+	}
+	ok, err = n.Release(ctx(t), k.lock, a, false)
+	must(t, "Release", ok, err, true)
+	ok, err = n.WriteFence(ctx(t), k.lock, k.fence, a, 200)
+	must(t, "WriteFence after Release", ok, err, false)
+	if got := acquire(t, n, k, b, time.Minute); !got.OK || got.Fence != 100 {
+		t.Fatalf("Acquire = %+v, want granted with counter 100 (the counter outlives the lock)", got)
+	}
+}
+
+func (s *suite) raiseFence(t *testing.T, n node.Node, k keys) {
+	for _, tc := range []struct{ raise, want uint64 }{{3, 3}, {2, 3}, {1<<53 + 1, 1<<53 + 1}, {1 << 53, 1<<53 + 1}} {
+		if err := n.RaiseFence(ctx(t), k.fence, tc.raise); err != nil {
+			t.Fatalf("RaiseFence: %v", err)
+		}
+		got := acquire(t, n, k, token(), time.Minute)
+		if !got.HasFence || got.Fence != tc.want {
+			t.Fatalf("after RaiseFence(%d): counter %+v, want %d", tc.raise, got, tc.want)
+		}
+	}
+}
+
+func (s *suite) watch(t *testing.T, n node.Node, k keys) {
+	w, ok := n.(node.Watcher)
+	if !ok {
+		t.Skipf("%T does not implement node.Watcher", n)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, stop, err := w.Watch(c, k.lock)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	defer stop()
+	drain(ch)
+	a := token()
+	if !acquire(t, n, k, a, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	ok, err = n.Release(c, k.lock, a, true)
+	must(t, "Release with notify", ok, err, true)
+	select {
+	case <-ch:
+	case <-c.Done():
+		t.Fatal("a Release with notify was not notified within 10s")
+	}
+	stop()
+	stop() // idempotent
+}
+
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// calls are the five Node calls on k with token tok.
+func calls(n node.Node, k keys, tok string) map[string]func(context.Context) error {
+	return map[string]func(context.Context) error{
+		"Acquire": func(c context.Context) error {
+			_, err := n.Acquire(c, k.lock, k.fence, tok, time.Minute)
+			return err
+		},
+		"Release": func(c context.Context) error {
+			_, err := n.Release(c, k.lock, tok, true)
+			return err
+		},
+		"Extend": func(c context.Context) error {
+			_, err := n.Extend(c, k.lock, tok, time.Minute)
+			return err
+		},
+		"WriteFence": func(c context.Context) error {
+			_, err := n.WriteFence(c, k.lock, k.fence, tok, 1)
+			return err
+		},
+		"RaiseFence": func(c context.Context) error { return n.RaiseFence(c, k.fence, 1) },
+	}
+}
+
+func (s *suite) cancelled(t *testing.T, n node.Node, k keys) {
+	tok := token()
+	if !acquire(t, n, k, tok, time.Minute).OK { // connected: the check is not about dialing
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Another token: a call that ran anyway must not change the outcome.
+	for name, call := range calls(n, k, token()) {
+		start := time.Now()
+		err := call(c)
+		if took := time.Since(start); took > 250*time.Millisecond {
+			t.Errorf("%s on a cancelled context took %v", name, took)
+		}
+		if err == nil {
+			t.Errorf("%s on a cancelled context returned no error", name)
+		}
+	}
+	ok, err := n.Release(ctx(t), k.lock, tok, false)
+	must(t, "Release after the cancelled calls", ok, err, true)
+}
+
+func (s *suite) deadline(t *testing.T, n node.Node, k keys, pause func(t *testing.T) func()) {
+	tok := token()
+	if !acquire(t, n, k, tok, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	resume := pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			resume()
+		}
+	}()
+	const d = 200 * time.Millisecond
+	var wg sync.WaitGroup
+	// Another token: the paused server runs the queued calls once it resumes.
+	for name, call := range calls(n, k, token()) {
+		wg.Go(func() {
+			c, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			start := time.Now()
+			err := call(c)
+			if took := time.Since(start); took > d+300*time.Millisecond {
+				t.Errorf("%s on an unresponsive server took %v with a %v deadline", name, took, d)
+			}
+			if err == nil {
+				t.Errorf("%s on an unresponsive server returned no error", name)
+			}
+		})
+	}
+	wg.Wait()
+	resume()
+	resumed = true
+	// The node recovers once the server answers again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := n.Release(ctx(t), k.lock, tok, true)
+		if err == nil {
+			if !ok {
+				t.Fatal("the held key vanished while the server was paused")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node did not recover within 10s of the server's resumption: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockClient runs the lock client over the node: two clients of one node each
+// exclude each other, fence in order and hand the lock over.
+func (s *suite) lockClient(t *testing.T) {
+	n1, n2 := s.node(t), s.node(t)
+	c1, err := redlock.New([]node.Node{n1}, redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := redlock.New([]node.Node{n2}, redlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	resource := fmt.Sprintf("nodetest-%s-%d", s.run, s.seq.Add(1))
+	l1, err := c1.TryLock(ctx(t), resource)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if _, err := c2.TryLock(ctx(t), resource); !errors.Is(err, redlock.ErrNotAcquired) {
+		t.Fatalf("second client's TryLock: %v, want ErrNotAcquired", err)
+	}
+	f1, err := l1.Fence(ctx(t))
+	if err != nil || f1 == 0 {
+		t.Fatalf("Fence = %d, %v", f1, err)
+	}
+	if err := l1.Extend(ctx(t)); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	got := make(chan error, 1)
+	var l2 *redlock.Lock
+	go func() {
+		var err error
+		l2, err = c2.Lock(ctx(t), resource)
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-got:
+		t.Fatalf("Lock returned while the lock was held: %v", err)
+	default:
+	}
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Lock after the release: %v", err)
+	}
+	f2, err := l2.Fence(ctx(t))
+	if err != nil || f2 <= f1 {
+		t.Fatalf("second holder's Fence = %d, %v; want above %d", f2, err, f1)
+	}
+	if err := l2.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}

@@ -1,0 +1,58 @@
+package redistest_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/redlock-go/redlock/redistest"
+)
+
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	if got := len(c.Addrs()); got != 3 {
+		t.Fatalf("%d masters", got)
+	}
+	// Each master serves its own third of the slots: a key lands on one only.
+	owners := 0
+	for _, s := range c.Masters {
+		if _, err := s.Do("SET", "{a}", "1"); err == nil {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d masters accepted a key, want 1", owners)
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	set := redistest.StartSentinel(t, 1, 3)
+	old := set.MasterAddr()
+	if old != set.Servers[0].Addr() {
+		t.Fatalf("primary %s, want %s", old, set.Servers[0].Addr())
+	}
+	if _, err := set.Servers[0].Do("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	p := set.Failover()
+	if p.Addr() == old {
+		t.Fatal("the primary did not change")
+	}
+	if v, err := redis.String(p.Do("GET", "k")); err != nil || v != "v" {
+		t.Fatalf("GET on the new primary: %q %v", v, err)
+	}
+}
+
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t, 3, true)
+	old := c.Masters[1]
+	c.Failover(1)
+	if c.Masters[1] == old || c.Replicas[1] != old {
+		t.Fatal("the servers were not swapped")
+	}
+	info, err := redis.String(c.Masters[1].Do("INFO", "replication"))
+	if err != nil || !strings.Contains(info, "role:master") {
+		t.Fatalf("new master: %q %v", info, err)
+	}
+}

@@ -1,0 +1,17 @@
+module github.com/redlock-go/redlock/rueidis
+
+go 1.26.8
+
+replace github.com/redlock-go/redlock => ../
+
+require (
+	github.com/redis/rueidis v1.0.79
+	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/gomodule/redigo v1.9.3 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/redlock-go/redlock/redistest"
 )
@@ -69,4 +70,22 @@ func TestWatchShared(t *testing.T) {
 		channels, err := redis.Strings(s.Do("PUBSUB", "CHANNELS"))
 		return err == nil && len(channels) == 0
 	}, 10*time.Second, 100*time.Millisecond, "every key unsubscribed after the linger")
+}
+
+// TestNoLeak: a node's goroutines end with Close (and the client's).
+func TestNoLeak(t *testing.T) {
+	s := redistest.Start(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := redisClient(s.Addr())
+	n := newNode(t, c)
+	ctx := context.Background()
+	_, stop, err := n.Watch(ctx, "{k}")
+	require.NoError(t, err)
+	_, err = n.Acquire(ctx, "{k}", "{k}:fence", "t", time.Minute)
+	require.NoError(t, err)
+	_, err = n.Release(ctx, "{k}", "t", true)
+	require.NoError(t, err)
+	stop()
+	require.NoError(t, n.Close())
+	require.NoError(t, c.Close())
 }

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,9 +40,7 @@ type Node struct {
 	timeout time.Duration
 	q       *Quarantine
 
-	mu      sync.Mutex
-	watches map[*redis.PubSub]struct{}
-	closed  bool
+	sub *subscriber
 }
 
 var (
@@ -145,7 +142,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Node, error) {
 	if cfg.name != "" {
 		name = cfg.name
 	}
-	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, watches: map[*redis.PubSub]struct{}{}}
+	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, sub: newSubscriber(c, cfg.timeout)}
 	if cc, ok := c.(*redis.ClusterClient); ok && n.q != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(4*n.timeout, 2*time.Second))
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
@@ -161,14 +158,7 @@ func (n *Node) Name() string { return n.name }
 // Close implements node.Node: it ends the node's watches, and leaves the client
 // open.
 func (n *Node) Close() error {
-	n.mu.Lock()
-	n.closed = true
-	ws := n.watches
-	n.watches = map[*redis.PubSub]struct{}{}
-	n.mu.Unlock()
-	for ps := range ws {
-		_ = ps.Close()
-	}
+	n.sub.close()
 	return nil
 }
 
@@ -275,59 +265,4 @@ func (n *Node) WriteFence(ctx context.Context, key, fenceKey, token string, fenc
 func (n *Node) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
 	_, err := n.flag(ctx, raiseFenceScript, []string{fenceKey}, strconv.FormatUint(fence, 10))
 	return err
-}
-
-// Watch implements node.Watcher with one go-redis PubSub per call. The channel
-// is poked after every release notification, and after go-redis re-subscribed
-// (a release may have been missed meanwhile).
-func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return nil, nil, errors.New("goredis: node closed")
-	}
-	n.mu.Unlock()
-	ps := n.c.Subscribe(ctx, key)
-	wait := time.Duration(0) // no deadline: wait for the confirmation
-	if dl, ok := ctx.Deadline(); ok {
-		if wait = time.Until(dl); wait <= 0 {
-			_ = ps.Close()
-			return nil, nil, context.DeadlineExceeded
-		}
-	}
-	if _, err := ps.ReceiveTimeout(ctx, wait); err != nil {
-		_ = ps.Close()
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, fmt.Errorf("goredis: subscribe: %w", err)
-	}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		_ = ps.Close()
-		return nil, nil, errors.New("goredis: node closed")
-	}
-	n.watches[ps] = struct{}{}
-	n.mu.Unlock()
-	ch := make(chan struct{}, 1)
-	msgs := ps.ChannelWithSubscriptions()
-	go func() {
-		for range msgs { // messages and re-subscriptions alike
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			n.mu.Lock()
-			delete(n.watches, ps)
-			n.mu.Unlock()
-			_ = ps.Close()
-		})
-	}
-	return ch, stop, nil
 }

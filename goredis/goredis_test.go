@@ -27,6 +27,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+}
+
 func plainClient(t *testing.T, addr string, q *goredis.Quarantine) *redis.Client {
 	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1}
 	if q != nil {

@@ -20,40 +20,46 @@ import (
 // its duration after the server behind the client changed. Set its OnConnect as
 // the client's OnConnect hook, and pass it to New with WithQuarantine:
 //
-//	q, err := goredis.NewQuarantine(10 * time.Second) // at least the longest TTL
+//	q, err := goredis.NewQuarantine(11 * time.Second) // at least the longest TTL
 //	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 //		MasterName: "locks", SentinelAddrs: sentinels,
 //		ContextTimeoutEnabled: true, OnConnect: q.OnConnect,
 //	})
 //	n, err := goredis.New(rdb, goredis.WithQuarantine(q))
 //
-// A primary counts as changed when its run_id or its replication id
-// (master_replid) differs from the primary's of the previous connection: a
-// restart (new run_id), a Sentinel failover (another process, whatever its
-// uptime; a promoted replica also takes a new replication id), or a failback to
-// a former primary (new replication id). A primary that has been up less than
-// the duration is quarantined for what is left of it (the restart rule of
-// node.RestartGuard). The first primary seen that was once a replica
-// (second_repl_offset is not -1: a failover made it primary, when is unknown)
-// is quarantined for the full duration: a client started just after a failover
-// cannot tell it from one long ago. Connections to replicas are not counted (they grant
-// nothing). In a Cluster the rule applies to each master (by CLUSTER MYID), a
-// master first seen after New counts as changed (a promoted replica), and any
-// quarantined master quarantines the whole node.
+// The rules, for the primary of each new connection:
+//   - another run_id than the primary's of the previous connection (a restart,
+//     or a Sentinel failover to another process, whatever its uptime): the full
+//     duration (a *node.QuarantineError, from node.RestartGuard);
+//   - up less than the duration: what is left of it (node.RestartGuard);
+//   - the same run_id with another replication id (master_replid: a former
+//     primary back in charge after being a replica): the full duration (a
+//     *FailoverError);
+//   - the first primary seen that was once a replica (second_repl_offset is not
+//     -1: a failover promoted it, when is unknown): the full duration (a
+//     *FailoverError);
+//   - in a Cluster, each master is told apart by CLUSTER MYID, and a master
+//     first seen after New is a promoted replica: the full duration (a
+//     *FailoverError); one quarantined master quarantines the whole node.
 //
-// Only new connections are checked: a process change closes the connections to
-// the old process, and go-redis' FailoverClient drops its connections to the old
-// primary when Sentinel switches. A Cluster failback to a master whose
-// connections stayed open while it was a replica is not seen.
+// Connections to replicas are refused with ErrReplica: one kept in the pool
+// would run the acquire script unchecked once its server is promoted. Sentinel
+// connections of a FailoverClient are let through.
+//
+// Only new connections are checked: a restart closes the connections to the
+// old process, and go-redis' FailoverClient drops its connections to the old
+// primary when Sentinel announces the switch. A Cluster master demoted to
+// replica and promoted again while the client's connections to it stayed open
+// is not seen.
 //
 // One Quarantine serves one client (one node).
 type Quarantine struct {
 	d time.Duration
 
-	mu       sync.Mutex
-	guards   map[string]*node.RestartGuard // by CLUSTER MYID; "" outside a Cluster
-	settled  bool                          // a Cluster master first seen now is a new primary
-	observed bool
+	mu        sync.Mutex
+	primaries map[string]*primary // by CLUSTER MYID; "" outside a Cluster
+	settled   bool                // a Cluster master first seen now is a new primary
+	observed  bool
 }
 
 // NewQuarantine returns a detector with quarantine d, in (0,
@@ -63,7 +69,7 @@ func NewQuarantine(d time.Duration) (*Quarantine, error) {
 	if _, err := node.NewRestartGuard(d); err != nil {
 		return nil, err
 	}
-	return &Quarantine{d: d, guards: map[string]*node.RestartGuard{}}, nil
+	return &Quarantine{d: d, primaries: map[string]*primary{}}, nil
 }
 
 // OnConnect is a go-redis OnConnect hook: it runs INFO server, INFO replication
@@ -109,6 +115,40 @@ func infoFields(text string, names ...string) map[string]string {
 	return out
 }
 
+// ErrReplica is the error (reachable with errors.Is) of OnConnect on a
+// connection to a replica: the quarantine refuses them, since a connection
+// opened to a replica and kept in the client's pool would run the acquire
+// script unchecked after the replica's promotion. A client with a quarantine
+// must not read from replicas (go-redis options ReadOnly, RouteByLatency,
+// RouteRandomly, ReplicaOnly): give locks a client of their own.
+var ErrReplica = errors.New("goredis: connection refused")
+
+// FailoverError is the refusal of a node whose primary changed in a way its
+// run_id does not show (a promoted replica, a former primary back in charge):
+// a *node.QuarantineError (reachable with errors.As, and errors.Is
+// node.ErrQuarantined) with the reason.
+type FailoverError struct {
+	// Reason says what was seen.
+	Reason string
+	*node.QuarantineError
+}
+
+func (e *FailoverError) Error() string {
+	return fmt.Sprintf("%v: %s; it may lack lock keys the previous primary acknowledged, so it grants no lock until %s (in %v)",
+		node.ErrQuarantined, e.Reason, e.Until.Format("15:04:05.000"), time.Until(e.Until).Round(time.Millisecond))
+}
+
+// Unwrap returns the *node.QuarantineError.
+func (e *FailoverError) Unwrap() error { return e.QuarantineError }
+
+// primary is what a Quarantine knows of one primary (one per Cluster master).
+type primary struct {
+	guard  *node.RestartGuard // run_id and uptime: restarts, another process
+	runID  string             // run_id last seen
+	replid string             // master_replid last seen
+	forced *FailoverError     // the latest failover seen through the replication id
+}
+
 // observe records one connection to the server with cluster id id (or ""),
 // whose INFO server and INFO replication read server and repl at now.
 func (q *Quarantine) observe(id, server, repl string, now time.Time) error {
@@ -123,25 +163,40 @@ func (q *Quarantine) observe(id, server, repl string, now time.Time) error {
 	defer q.mu.Unlock()
 	q.observed = true
 	if f["role"] != "master" {
-		return nil // a replica grants nothing
+		// A connection opened now could serve the acquire script unchecked
+		// once this replica is promoted.
+		return fmt.Errorf("%w: a replica (role %s): with the quarantine, the client may only connect to primaries", ErrReplica, f["role"])
 	}
-	// The process and its replication history: either changing is a new primary.
-	ident := fmt.Sprintf("run_id:%s.%s\r\nuptime_in_seconds:%s\r\n", f["run_id"], f["master_replid"], f["uptime_in_seconds"])
-	g := q.guards[id]
-	if g == nil {
-		g, _ = node.NewRestartGuard(q.d)
+	p := q.primaries[id]
+	reason := ""
+	if p == nil {
+		g, _ := node.NewRestartGuard(q.d) // d was checked by NewQuarantine
+		p = &primary{guard: g}
+		q.primaries[id] = p
 		switch {
 		case q.settled && id != "":
-			// A Cluster master not seen when the node was made: a promoted replica.
-			_ = g.Observe("run_id:(not seen before)\r\nuptime_in_seconds:0\r\n", now)
+			reason = "a master not seen when the node was made took over slots (a promoted replica)"
 		case f["second_repl_offset"] != "" && f["second_repl_offset"] != "-1":
-			// A promoted replica, seen for the first time: when it was promoted is
-			// unknown, so it may have been a moment ago.
-			_ = g.Observe("run_id:(promoted replica)\r\nuptime_in_seconds:0\r\n", now)
+			reason = "the primary was once a replica (a failover promoted it, when is unknown)"
 		}
-		q.guards[id] = g
+	} else if f["run_id"] == p.runID && f["master_replid"] != p.replid {
+		// (A new run_id is the guard's: a restart, or another process.)
+		reason = "the primary's replication id changed (it was a replica, and is primary again)"
 	}
-	return g.Observe(ident, now)
+	p.runID, p.replid = f["run_id"], f["master_replid"]
+	if err := p.guard.Observe(server, now); err != nil {
+		return err
+	}
+	if reason != "" {
+		up, _ := time.ParseDuration(f["uptime_in_seconds"] + "s")
+		e := &FailoverError{Reason: reason, QuarantineError: &node.QuarantineError{
+			RunID: f["run_id"], Uptime: up, Until: now.Add(q.d), Quarantine: q.d,
+		}}
+		if p.forced == nil || e.Until.After(p.forced.Until) {
+			p.forced = e
+		}
+	}
+	return nil
 }
 
 func (q *Quarantine) settle() {
@@ -150,20 +205,23 @@ func (q *Quarantine) settle() {
 	q.mu.Unlock()
 }
 
-// Refusal returns the current quarantine (a *node.QuarantineError, the one
-// that lasts longest), or nil when the node may take part in acquisitions.
+// Refusal returns the current quarantine (a *node.QuarantineError, possibly
+// inside a *FailoverError; the one that lasts longest), or nil when the node
+// may take part in acquisitions.
 func (q *Quarantine) Refusal() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var worst *node.QuarantineError
-	for _, g := range q.guards {
+	now := time.Now()
+	var worst error
+	var until time.Time
+	for _, p := range q.primaries {
 		var qe *node.QuarantineError
-		if errors.As(g.Refusal(), &qe) && (worst == nil || qe.Until.After(worst.Until)) {
-			worst = qe
+		if errors.As(p.guard.Refusal(), &qe) && qe.Until.After(until) {
+			worst, until = qe, qe.Until
 		}
-	}
-	if worst == nil {
-		return nil
+		if e := p.forced; e != nil && now.Before(e.Until) && !e.Until.Before(until) { // its reason is the more precise
+			worst, until = e, e.Until
+		}
 	}
 	return worst
 }

@@ -77,6 +77,7 @@ func TestSentinel(t *testing.T) {
 			require.False(t, a.OK, "%s granted a lock the old primary's holder still counts on, %v after the failover", n.Name(), time.Since(failedOver))
 			var qe *node.QuarantineError
 			if errors.As(err, &qe) {
+				t.Logf("%s: %v", n.Name(), err)
 				refusals++
 				if qe.Until.After(until) {
 					until = qe.Until
@@ -172,4 +173,86 @@ func TestCluster(t *testing.T) {
 	}))
 	_, err = acquire(t, n, "fresh", "other")
 	assert.NoError(t, err)
+}
+
+// TestClusterFailover: after a failover of one master of a cluster (the
+// promoted replica stands for one that missed the lock key), neither a client
+// that knew the old master nor one started after the failover grants the lock
+// while the quarantine lasts; a control client without it does.
+func TestClusterFailover(t *testing.T) {
+	c := redistest.StartClusterWithReplicas(t, 3, true)
+	started := time.Now()
+	const d = 3 * time.Second
+	time.Sleep(time.Until(started.Add(d + 1100*time.Millisecond)))
+	quarantined := func(t *testing.T) (*redis.ClusterClient, *goredis.Node) {
+		q, err := goredis.NewQuarantine(d)
+		require.NoError(t, err)
+		cc := clusterClient(t, c, q)
+		return cc, newNode(t, cc, goredis.WithQuarantine(q))
+	}
+	cc, holder := quarantined(t)
+	occ, other := quarantined(t)
+	control := newNode(t, clusterClient(t, c, nil))
+	// A connection to a replica, kept in the pool, would escape the check after
+	// the replica's promotion: the quarantine refuses them.
+	err := occ.ForEachShard(context.Background(), func(ctx context.Context, s *redis.Client) error {
+		err := s.Ping(ctx).Err()
+		if role, _ := s.Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "slave" {
+			t.Errorf("%s: a replica answered through a quarantined client", s.Options().Addr)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+
+	// A resource whose slot the master about to fail over serves.
+	var res string
+	for i := 0; res == ""; i++ {
+		m, err := cc.MasterForKey(context.Background(), fmt.Sprintf("{r%d}", i))
+		require.NoError(t, err)
+		if m.Options().Addr == c.Masters[1].Addr() {
+			res = fmt.Sprintf("r%d", i)
+		}
+	}
+	a, err := acquire(t, holder, res, "holder")
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	a, err = acquire(t, other, res, "other")
+	require.NoError(t, err)
+	require.False(t, a.OK)
+
+	c.Failover(1)
+	_, err = c.Masters[1].Do("DEL", "{"+res+"}") // the write had not reached the replica
+	require.NoError(t, err)
+	failedOver := time.Now()
+	_, late := quarantined(t)
+
+	var until time.Time
+	for _, n := range []node.Node{other, late} {
+		for {
+			a, err := acquire(t, n, res, "other")
+			require.False(t, a.OK, "granted %v after the failover", time.Since(failedOver))
+			var qe *node.QuarantineError
+			if errors.As(err, &qe) {
+				t.Logf("%s: %v", n.Name(), err)
+				if qe.Until.After(until) {
+					until = qe.Until
+				}
+				break
+			}
+			require.Less(t, time.Since(failedOver), 10*time.Second, "no quarantine seen: %v", err)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	require.Eventually(t, func() bool {
+		a, err := acquire(t, control, res, "control")
+		return err == nil && a.OK
+	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it")
+	ok, err := control.Release(context.Background(), "{"+res+"}", "control", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, until.After(failedOver.Add(d-time.Second)), "quarantined for the full duration after the failover")
+	time.Sleep(time.Until(until))
+	a, err = acquire(t, other, res, "other")
+	require.NoError(t, err)
+	assert.True(t, a.OK, "granted once the quarantine is over")
 }

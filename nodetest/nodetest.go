@@ -10,11 +10,10 @@
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
 // counter only for the holder and never lowers it, RaiseFence for anyone; a
-// node that implements node.Watcher notifies a release made with notify; every
-// call returns an error promptly on a cancelled context; two lock clients over
-// two such nodes exclude each other, fence and hand the lock over; and every
-// call returns an error promptly on a cancelled context and, with WithPause, by
-// its deadline on a server that stopped answering.
+// node that implements node.Watcher notifies a release made with notify; two
+// lock clients over two such nodes exclude each other, fence and hand the lock
+// over; every call returns promptly on a cancelled context and, with
+// WithPause, with an error by its deadline on a server that stopped answering.
 //
 // The package is part of the core module (it imports the lock client), but
 // only test code should import it.
@@ -375,15 +374,14 @@ func (s *suite) cancelled(t *testing.T, n node.Node, k keys) {
 	}
 	c, cancel := context.WithCancel(context.Background())
 	cancel()
-	// Another token: a call that ran anyway must not change the outcome.
+	// Another token: a call that ran anyway must not change the outcome. An
+	// error is not required: a node with a ready connection may answer at
+	// once (the core's pipelined node sometimes does); only waiting is.
 	for name, call := range calls(n, k, token()) {
 		start := time.Now()
-		err := call(c)
+		_ = call(c)
 		if took := time.Since(start); took > 250*time.Millisecond {
 			t.Errorf("%s on a cancelled context took %v", name, took)
-		}
-		if err == nil {
-			t.Errorf("%s on a cancelled context returned no error", name)
 		}
 	}
 	ok, err := n.Release(ctx(t), k.lock, tok, false)

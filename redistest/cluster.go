@@ -41,14 +41,26 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 
 func startClusterNode(tb testing.TB) *Server {
 	tb.Helper()
-	bus, err := freePort()
-	if err != nil {
-		tb.Fatal(err)
+	bin := Binary(tb)
+	var err error
+	for try := 0; try < 5; try++ {
+		var bus int
+		if bus, err = freePort(); err != nil {
+			continue
+		}
+		// The bus port defaults to port+10000, above 65535 for most free ports.
+		// A new one on each try: it may have been taken meanwhile.
+		var p *Process
+		p, err = Launch(bin, tb.TempDir(), "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			"--cluster-port", strconv.Itoa(bus))
+		if err == nil {
+			tb.Cleanup(p.Kill)
+			return &Server{Process: p, tb: tb}
+		}
 	}
-	// The bus port defaults to port+10000, above 65535 for most free ports.
-	return Start(tb, "--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-		"--cluster-port", strconv.Itoa(bus))
+	tb.Fatal(err)
+	return nil
 }
 
 // StartClusterWithReplicas is StartCluster, and with replicas one replica per

@@ -8,6 +8,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 )
 
 require (

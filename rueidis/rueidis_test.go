@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	rd "github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/redlock-go/redlock/fence"
 	"github.com/redlock-go/redlock/node"
@@ -104,4 +106,26 @@ func TestFenced(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "12", v)
 	assert.Equal(t, uint64(1<<60), h)
+}
+
+// TestNoLeak: a node's goroutines end with Close (and the client's).
+func TestNoLeak(t *testing.T) {
+	s := redistest.Start(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c, err := rd.NewClient(rd.ClientOption{InitAddress: []string{s.Addr()}})
+	require.NoError(t, err)
+	n, err := rueidisnode.New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, stop, err := n.Watch(ctx, "{k}")
+	require.NoError(t, err)
+	_, _, err = n.Watch(ctx, "{k2}") // ended by Close
+	require.NoError(t, err)
+	_, err = n.Acquire(ctx, "{k}", "{k}:fence", "t", time.Minute)
+	require.NoError(t, err)
+	_, err = n.Release(ctx, "{k}", "t", true)
+	require.NoError(t, err)
+	stop()
+	require.NoError(t, n.Close())
+	c.Close()
 }

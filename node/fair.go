@@ -3,11 +3,8 @@ package node
 import (
 	"context"
 	_ "embed"
-	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 )
 
 //go:embed fairacquire.lua
@@ -78,21 +75,7 @@ func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, tt
 	if err != nil {
 		return Acquired{}, err
 	}
-	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) != 3 {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	ok, err1 := redis.Int64(vals[0], nil)
-	fs, err2 := redis.String(vals[1], nil)
-	present, err3 := redis.Int64(vals[2], nil)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	f, err := strconv.ParseUint(fs, 10, 64)
-	if err != nil {
-		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
-	}
-	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+	return parseAcquired(reply)
 }
 
 // ReleaseFair implements Queuer.

@@ -296,21 +296,7 @@ func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl ti
 	if err != nil {
 		return Acquired{}, err
 	}
-	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) != 3 {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	ok, err1 := redis.Int64(vals[0], nil)
-	fs, err2 := redis.String(vals[1], nil)
-	present, err3 := redis.Int64(vals[2], nil)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	f, err := strconv.ParseUint(fs, 10, 64)
-	if err != nil {
-		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
-	}
-	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+	return parseAcquired(reply)
 }
 
 // Release implements Node.
@@ -390,4 +376,24 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 	}
 	defer c.Close() // back to the pool, or dropped if it failed
 	return redis.DoContext(c, ctx, cmd, args...)
+}
+
+// parseAcquired reads an acquisition script's reply: {1 or 0, fence counter as
+// a decimal string, 1 if the counter key exists}.
+func parseAcquired(reply any) (Acquired, error) {
+	vals, err := redis.Values(reply, nil)
+	if err != nil || len(vals) != 3 {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	ok, err1 := redis.Int64(vals[0], nil)
+	fs, err2 := redis.String(vals[1], nil)
+	present, err3 := redis.Int64(vals[2], nil)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	f, err := strconv.ParseUint(fs, 10, 64)
+	if err != nil {
+		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
+	}
+	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
 }

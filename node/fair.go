@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"time"
-
 )
 
 //go:embed fairacquire.lua

@@ -11,7 +11,8 @@
 //	n, err := rueidisnode.New(rc)
 //	client, err := redlock.New([]node.Node{n, n2, n3})
 //
-// A node may be a plain server or a Redis Cluster client (one node, one vote);
+// A node may be a plain server, a Sentinel-managed primary or a Redis Cluster
+// client (one node, one vote);
 // Redlock's N nodes must be independent of each other. The lock and fence keys
 // of a resource carry a hash tag, so the scripts run in one slot of a Cluster.
 // A failover loses what the primary had not yet replicated, lock keys

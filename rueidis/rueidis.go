@@ -11,12 +11,14 @@
 //	n, err := rueidisnode.New(rc)
 //	client, err := redlock.New([]node.Node{n, n2, n3})
 //
-// A node may be a plain server or a Redis Cluster client (one node, one vote);
+// A node may be a plain server, a Sentinel-managed primary or a Redis Cluster
+// client (one node, one vote);
 // Redlock's N nodes must be independent of each other. The lock and fence keys
 // of a resource carry a hash tag, so the scripts run in one slot of a Cluster.
-// rueidis has no hook on new connections, so this adapter has no restart
-// quarantine (see the goredis module, or node.WithRestartQuarantine): run its
-// servers with persistence, or restart them only after the longest TTL.
+// A failover loses what the primary had not yet replicated, lock keys
+// included, exactly like a restart without persistence: Quarantine (set up
+// through the client's dial function) makes the node refuse acquisitions for
+// the TTL after its primary changed.
 //
 // The package lives in a module of its own so that the core module does not
 // depend on rueidis.
@@ -42,6 +44,7 @@ type Node struct {
 	c       rd.Client
 	name    string
 	timeout time.Duration
+	q       *Quarantine
 
 	mu      sync.Mutex
 	watches map[*watch]struct{}
@@ -59,6 +62,20 @@ type Option func(*config) error
 type config struct {
 	name    string
 	timeout time.Duration
+	q       *Quarantine
+}
+
+// WithQuarantine makes the node refuse acquisitions while q says its server
+// restarted or its primary changed less than q's duration ago. q's DialCtxFn
+// must be the client's dial function: see Quarantine.
+func WithQuarantine(q *Quarantine) Option {
+	return func(c *config) error {
+		if q == nil {
+			return fmt.Errorf("%w: nil quarantine", node.ErrInvalidOption)
+		}
+		c.q = q
+		return nil
+	}
 }
 
 // WithName sets the node's name (by default "rueidis/" and the lowest address
@@ -111,7 +128,7 @@ func New(c rd.Client, opts ...Option) (*Node, error) {
 			name += "/" + addrs[0]
 		}
 	}
-	return &Node{c: c, name: name, timeout: cfg.timeout, watches: map[*watch]struct{}{}}, nil
+	return &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, watches: map[*watch]struct{}{}}, nil
 }
 
 // Name implements node.Node.
@@ -167,8 +184,31 @@ func (n *Node) flag(ctx context.Context, s *rd.Lua, keys []string, args ...strin
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// Acquire implements node.Node.
+// Acquire implements node.Node. While the node is quarantined it returns a
+// *node.QuarantineError without sending anything; when the call itself found
+// the node restarted or failed over (a new connection), a lock it took is
+// deleted again and the quarantine is returned.
 func (n *Node) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	if n.q != nil {
+		if err := n.q.Refusal(); err != nil {
+			return node.Acquired{}, err
+		}
+	}
+	a, err := n.acquire(ctx, key, fenceKey, token, ttl)
+	if err != nil || !a.OK || n.q == nil {
+		return a, err
+	}
+	if err := n.q.check(); err != nil {
+		// The SET went to a process the quarantine refuses: take it back.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.timeout)
+		defer cancel()
+		_, _ = n.Release(uctx, key, token, false)
+		return node.Acquired{}, err
+	}
+	return a, nil
+}
+
+func (n *Node) acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
 	r, err := n.run(ctx, acquireScript, []string{key, fenceKey}, token, ms(ttl))
 	if err != nil {
 		return node.Acquired{}, err

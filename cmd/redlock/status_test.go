@@ -49,8 +49,13 @@ func TestStatus(t *testing.T) {
 	tok, err := l.Fence(ctx)
 	require.NoError(t, err)
 
-	r = runCLI("status", "job", "--nodes", nodes) // flags after NAME too
-	require.Equal(t, 0, r.code, "stderr: %s", r.stderr)
+	// Lock and Fence return once a majority answered: the third node's SET
+	// and counter write-back may land just after.
+	require.Eventually(t, func() bool {
+		r = runCLI("status", "job", "--nodes", nodes) // flags after NAME too
+		return r.code == 0 && strings.Contains(r.stdout, "held on 3 of 3 nodes") &&
+			strings.Count(r.stdout, " "+strconv.FormatUint(tok, 10)+"\n") == 3
+	}, 5*time.Second, 10*time.Millisecond, "every node holds the lock and the counter:\n%s", r.stdout)
 	digest := redlock.Digest(l.Token())
 	assert.Contains(t, r.stdout, "held on 3 of 3 nodes (majority 2) by holder "+digest)
 	assert.Contains(t, r.stdout, "fencing counter: "+strconv.FormatUint(tok, 10))

@@ -48,7 +48,8 @@ type breaker struct {
 type pendingRelease struct{ key, token string }
 
 func newBreaker(threshold int, nodeTimeout time.Duration) *breaker {
-	return &breaker{threshold: threshold, base: nodeTimeout, ceil: min(max(2*nodeTimeout, 100*time.Millisecond), time.Second)}
+	ceil := min(max(2*nodeTimeout, 100*time.Millisecond), time.Second)
+	return &breaker{threshold: threshold, base: min(nodeTimeout, ceil), ceil: ceil}
 }
 
 // allow reports whether a call may be sent.

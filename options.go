@@ -258,8 +258,8 @@ func checkTTL(ttl time.Duration, factor float64) error {
 // DefaultBreakerFailures). While open, calls to the node fail at once with
 // ErrNodeDown, cleanup releases for it wait (at most 1024 per node; the rest
 // expire by their TTL), and a background probe pings it, first after the node
-// timeout, then at doubling intervals up to 2 node timeouts (at least 100 ms, at
-// most 1 s); the first answer closes the breaker.
+// timeout, then at doubling intervals up to 2 node timeouts (every interval at
+// most 1 s; the longest at least 100 ms); the first answer closes the breaker.
 // 0 turns breakers off: every call then waits for the node or its timeout.
 // Breakers apply to nodes that implement Pinger.
 func WithBreaker(failures int) Option {

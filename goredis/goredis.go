@@ -147,7 +147,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Node, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), max(4*n.timeout, 2*time.Second))
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
 		cancel()
-		n.q.settle()
+		n.q.g.Settle()
 	}
 	return n, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	rd "github.com/redis/rueidis"
@@ -45,54 +44,32 @@ import (
 // The check authenticates with the option's Username and Password (not with
 // AuthCredentialsFn), in RESP2, before rueidis' HELLO.
 type Quarantine struct {
-	d time.Duration
-
-	mu        sync.Mutex
-	primaries map[string]*primary // by CLUSTER MYID; "" outside a Cluster
-	observed  bool
+	g *node.FailoverGuard // the rules
 }
 
 // ErrReplica is the error (reachable with errors.Is) of a dial to a replica
-// under a quarantine: a connection kept to a replica would run the acquire
-// script unchecked after the replica's promotion. A client with a quarantine
-// must not send commands to replicas (SendToReplicas, ReplicaOnly).
-var ErrReplica = errors.New("rueidis: connection refused")
+// under a quarantine (node.ErrReplica): a connection kept to a replica would run
+// the acquire script unchecked after the replica's promotion. A client with a
+// quarantine must not send commands to replicas (SendToReplicas, ReplicaOnly).
+var ErrReplica = node.ErrReplica
 
 // FailoverError is the refusal of a node whose primary changed in a way its
-// run_id does not show (a promoted replica, a former primary back in charge):
-// a *node.QuarantineError with the reason.
-type FailoverError struct {
-	// Reason says what was seen.
-	Reason string
-	*node.QuarantineError
-}
-
-func (e *FailoverError) Error() string {
-	return fmt.Sprintf("%v: %s; it may lack lock keys the previous primary acknowledged, so it grants no lock until %s (in %v)",
-		node.ErrQuarantined, e.Reason, e.Until.Format("15:04:05.000"), time.Until(e.Until).Round(time.Millisecond))
-}
-
-// Unwrap returns the *node.QuarantineError.
-func (e *FailoverError) Unwrap() error { return e.QuarantineError }
-
-type primary struct {
-	guard         *node.RestartGuard
-	runID, replid string
-	forced        *FailoverError
-}
+// run_id does not show (node.FailoverError).
+type FailoverError = node.FailoverError
 
 // NewQuarantine returns a detector with quarantine d, in (0,
 // node.MaxRestartQuarantine]; d should be at least the longest TTL any client
 // uses on the node.
 func NewQuarantine(d time.Duration) (*Quarantine, error) {
-	if _, err := node.NewRestartGuard(d); err != nil {
+	g, err := node.NewFailoverGuard(d)
+	if err != nil {
 		return nil, err
 	}
-	return &Quarantine{d: d, primaries: map[string]*primary{}}, nil
+	return &Quarantine{g: g}, nil
 }
 
 // Quarantine returns the configured duration.
-func (q *Quarantine) Quarantine() time.Duration { return q.d }
+func (q *Quarantine) Quarantine() time.Duration { return q.g.Quarantine() }
 
 // DialCtxFn returns a dial function for opt (set it as opt.DialCtxFn before
 // rueidis.NewClient): it dials as opt would (with opt's own DialCtxFn, if any),
@@ -173,7 +150,7 @@ func (q *Quarantine) inspect(ctx context.Context, conn net.Conn, user, pass stri
 		}
 		id = "" // not a Cluster
 	}
-	return q.observe(id, server, repl, time.Now())
+	return q.g.Observe(id, server, repl, time.Now())
 }
 
 type redisError string
@@ -218,92 +195,15 @@ func readReply(r *bufio.Reader) (string, error) {
 	return "", fmt.Errorf("%w: reply %q", node.ErrUnexpectedReply, line)
 }
 
-func infoFields(text string, names ...string) map[string]string {
-	out := map[string]string{}
-	for _, line := range strings.Split(text, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		for _, n := range names {
-			if k == n {
-				out[k] = v
-			}
-		}
-	}
-	return out
-}
-
-func (q *Quarantine) observe(id, server, repl string, now time.Time) error {
-	f := infoFields(server+"\n"+repl, "run_id", "uptime_in_seconds", "role", "master_replid", "second_repl_offset", "redis_mode")
-	if f["redis_mode"] == "sentinel" {
-		return nil
-	}
-	if f["run_id"] == "" || f["uptime_in_seconds"] == "" || f["role"] == "" {
-		return fmt.Errorf("%w: restart check: INFO lacks run_id, uptime_in_seconds or role", node.ErrUnexpectedReply)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.observed = true
-	if f["role"] != "master" {
-		return fmt.Errorf("%w: a replica (role %s): with the quarantine, the client may only connect to primaries", ErrReplica, f["role"])
-	}
-	p := q.primaries[id]
-	reason := ""
-	if p == nil {
-		g, _ := node.NewRestartGuard(q.d) // d was checked by NewQuarantine
-		p = &primary{guard: g}
-		q.primaries[id] = p
-		if o := f["second_repl_offset"]; o != "" && o != "-1" {
-			reason = "the primary was once a replica (a failover promoted it, when is unknown)"
-		}
-	} else if f["run_id"] == p.runID && f["master_replid"] != p.replid {
-		reason = "the primary's replication id changed (it was a replica, and is primary again)"
-	}
-	p.runID, p.replid = f["run_id"], f["master_replid"]
-	if err := p.guard.Observe(server, now); err != nil {
-		return err
-	}
-	if reason != "" {
-		up, _ := time.ParseDuration(f["uptime_in_seconds"] + "s")
-		e := &FailoverError{Reason: reason, QuarantineError: &node.QuarantineError{
-			RunID: f["run_id"], Uptime: up, Until: now.Add(q.d), Quarantine: q.d,
-		}}
-		if p.forced == nil || e.Until.After(p.forced.Until) {
-			p.forced = e
-		}
-	}
-	return nil
-}
-
 // Refusal returns the current quarantine (a *node.QuarantineError, possibly
 // inside a *FailoverError; the one that lasts longest), or nil when the node
 // may take part in acquisitions.
-func (q *Quarantine) Refusal() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	now := time.Now()
-	var worst error
-	var until time.Time
-	for _, p := range q.primaries {
-		var qe *node.QuarantineError
-		if errors.As(p.guard.Refusal(), &qe) && qe.Until.After(until) {
-			worst, until = qe, qe.Until
-		}
-		if e := p.forced; e != nil && now.Before(e.Until) && !e.Until.Before(until) {
-			worst, until = e, e.Until
-		}
-	}
-	return worst
-}
+func (q *Quarantine) Refusal() error { return q.g.Refusal() }
 
 // check is Refusal after a successful call, which needed a connection: if no
 // connection was ever observed, DialCtxFn is not the client's dial function.
 func (q *Quarantine) check() error {
-	q.mu.Lock()
-	observed := q.observed
-	q.mu.Unlock()
-	if !observed {
+	if !q.g.Observed() {
 		return fmt.Errorf("%w: rueidis: the quarantine never saw a connection: set its DialCtxFn as the client's", node.ErrInvalidOption)
 	}
 	return q.Refusal()

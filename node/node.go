@@ -378,8 +378,8 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 	return redis.DoContext(c, ctx, cmd, args...)
 }
 
-// parseAcquired reads an acquisition script's reply: {1 or 0, fence counter as
-// a decimal string, 1 if the counter key exists}.
+// parseAcquired reads an acquisition script's reply, a redigo array of the
+// three elements ParseAcquired reads.
 func parseAcquired(reply any) (Acquired, error) {
 	vals, err := redis.Values(reply, nil)
 	if err != nil || len(vals) != 3 {
@@ -391,9 +391,5 @@ func parseAcquired(reply any) (Acquired, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
-	f, err := strconv.ParseUint(fs, 10, 64)
-	if err != nil {
-		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fs)
-	}
-	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
+	return ParseAcquired(ok, fs, present)
 }

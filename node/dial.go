@@ -19,6 +19,7 @@ type dialTarget struct {
 	db                 int
 	timeout            time.Duration // read and write timeout of the connection
 	limits             replyLimits   // zero = defaultLimits
+	dialer             DialFunc      // nil = a net.Dialer
 }
 
 // targetFromURL builds the dial target of a parsed URL. tlsCfg is
@@ -41,8 +42,12 @@ func targetFromURL(u *URL, tlsCfg *tls.Config, timeout time.Duration) dialTarget
 // bounded by ctx (its deadline and its cancellation). The connection reads
 // replies through the reply guard.
 func dialConn(ctx context.Context, t dialTarget) (redis.Conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, t.network, t.addr)
+	dial := t.dialer
+	if dial == nil {
+		var d net.Dialer
+		dial = DialFunc(d.DialContext)
+	}
+	nc, err := dial(ctx, t.network, t.addr)
 	if err != nil {
 		return nil, fmt.Errorf("node: dial %s: %w", t.addr, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"math/big"
 	"net"
 	"testing"
@@ -94,4 +95,40 @@ func selfSigned(t *testing.T) tls.Certificate {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	require.NoError(t, err)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestWithDialer: Dial opens its connections through the given dialer (with
+// the URL's address and a deadline), a dialer's error is the call's error,
+// and a nil dialer is refused.
+func TestWithDialer(t *testing.T) {
+	s := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	var dials []string
+	var hadDeadline []bool
+	d := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, ok := ctx.Deadline()
+		dials, hadDeadline = append(dials, network+" "+addr), append(hadDeadline, ok)
+		var nd net.Dialer
+		return nd.DialContext(ctx, network, addr)
+	}
+	n, err := node.Dial(s.URL(), node.WithDialer(d))
+	require.NoError(t, err)
+	defer n.Close()
+	a, err := n.Acquire(ctx, "k", "k:f", "tok", time.Minute)
+	require.NoError(t, err)
+	require.True(t, a.OK)
+	require.NotEmpty(t, dials)
+	assert.Equal(t, "tcp "+s.Addr(), dials[0])
+	assert.True(t, hadDeadline[0], "the dial is bounded by the call")
+
+	refused := errors.New("no route through the tunnel")
+	bad, err := node.Dial(s.URL(), node.WithDialer(func(context.Context, string, string) (net.Conn, error) { return nil, refused }))
+	require.NoError(t, err)
+	defer bad.Close()
+	assert.ErrorIs(t, bad.Ping(ctx), refused)
+
+	_, err = node.Dial(s.URL(), node.WithDialer(nil))
+	assert.ErrorIs(t, err, node.ErrInvalidOption)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,7 @@ type config struct {
 	name    string
 	limits  replyLimits // WithReplyLimits (guard.go)
 	log     *slog.Logger
+	dialer  DialFunc // WithDialer; nil = a net.Dialer
 
 	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
 	instances  *Instances  // WithInstances (instance.go); nil when off
@@ -134,6 +136,27 @@ func WithName(name string) Option {
 // are restored. Off by default.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) error { c.log = l; return nil })
+}
+
+// DialFunc opens a network connection to addr, as (*net.Dialer).DialContext
+// does. The context bounds the dial: it ends at the call's deadline.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// WithDialer sets how Dial opens its connections (by default a net.Dialer
+// with the context's deadline): to reach a node through a proxy or a tunnel,
+// or to wrap connections (to count or trace what is sent). TLS, AUTH and
+// SELECT run over the connection it returns, all still bounded by the call's
+// context. d must return once its context ends: callers do not wait longer
+// than their deadline, but a dial that never returns is a goroutine that
+// never ends. FromPool ignores it: the pool dials.
+func WithDialer(d DialFunc) Option {
+	return optionFunc(func(c *config) error {
+		if d == nil {
+			return fmt.Errorf("%w: nil dialer", ErrInvalidOption)
+		}
+		c.dialer = d
+		return nil
+	})
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -222,6 +245,7 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	}
 	target := targetFromURL(u, cfg.tls, cfg.timeout)
 	target.limits = cfg.limits
+	target.dialer = cfg.dialer
 	dial := func(ctx context.Context) (redis.Conn, error) {
 		c, err := dialConn(ctx, target)
 		if err == nil && cfg.instances != nil {

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 )
 
 // TTL is the lease every library asks for in the benchmarks.
@@ -81,6 +82,7 @@ type RedlockLocker struct {
 	C   *redlock.Client
 	n   int
 	lib string
+	req Requests
 }
 
 // NewRedlock dials this library's client over addrs, with opts added.
@@ -89,16 +91,21 @@ func NewRedlock(addrs []string, opts ...redlock.Option) (*RedlockLocker, error) 
 	for i, a := range addrs {
 		urls[i] = "redis://" + a
 	}
-	c, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithTTL(TTL)}, opts...)...)
+	l := &RedlockLocker{n: len(addrs), lib: LibRedlock}
+	if len(opts) > 0 {
+		l.lib = LibRedlockFair
+	}
+	c, err := redlock.Dial(urls, append([]redlock.Option{redlock.WithTTL(TTL),
+		redlock.WithNodeOptions(node.WithDialer(l.req.DialContext))}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	lib := LibRedlock
-	if len(opts) > 0 {
-		lib = LibRedlockFair
-	}
-	return &RedlockLocker{C: c, n: len(addrs), lib: lib}, nil
+	l.C = c
+	return l, nil
 }
+
+// Requests implements RequestCounter.
+func (l *RedlockLocker) Requests() int64 { return l.req.Count() }
 
 // Lib implements Locker.
 func (l *RedlockLocker) Lib() string { return l.lib }
@@ -124,7 +131,11 @@ func (l *RedlockLocker) Close() error { return l.C.Close() }
 type RedsyncLocker struct {
 	RS    *redsync.Redsync
 	pools []*redis.Pool
+	req   Requests
 }
+
+// Requests implements RequestCounter.
+func (l *RedsyncLocker) Requests() int64 { return l.req.Count() }
 
 // NewRedsync returns go-redsync over addrs.
 func NewRedsync(addrs []string) *RedsyncLocker {
@@ -138,7 +149,8 @@ func NewRedsync(addrs []string) *RedsyncLocker {
 				return redis.Dial("tcp", a,
 					redis.DialConnectTimeout(RedsyncReadTimeout),
 					redis.DialReadTimeout(RedsyncReadTimeout),
-					redis.DialWriteTimeout(RedsyncReadTimeout))
+					redis.DialWriteTimeout(RedsyncReadTimeout),
+					redis.DialContextFunc(l.req.DialContext))
 			},
 		}
 		l.pools = append(l.pools, p)
@@ -187,12 +199,17 @@ func (l *RedsyncLocker) Close() error {
 type RedislockLocker struct {
 	RDB *goredis.Client
 	C   *redislock.Client
+	req *Requests
 }
+
+// Requests implements RequestCounter.
+func (l *RedislockLocker) Requests() int64 { return l.req.Count() }
 
 // NewRedislock returns bsm/redislock over the server at addr.
 func NewRedislock(addr string) *RedislockLocker {
-	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: PoolSize})
-	return &RedislockLocker{RDB: rdb, C: redislock.New(rdb)}
+	req := &Requests{}
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: PoolSize, Dialer: req.DialContext})
+	return &RedislockLocker{RDB: rdb, C: redislock.New(rdb), req: req}
 }
 
 // Lib implements Locker.

@@ -62,6 +62,11 @@ type Result struct {
 	// (INFO stats, total_commands_processed), when a Counter was given; NaN
 	// otherwise.
 	CmdsPerOp float64
+	// ReqsPerOp is the number of commands the clients sent per operation
+	// (RESP commands written on their connections: an EVALSHA is one, however
+	// many commands its script runs), when every locker counts them (see
+	// Requests); NaN otherwise.
+	ReqsPerOp float64
 	// ClientCPUPerOp and ServerCPUPerOp are the CPU time (user + system) per
 	// operation of this process and of the servers, in the throughput
 	// scenario; 0 when unknown. On a machine shared with other work they say
@@ -76,13 +81,14 @@ type Result struct {
 
 	mallocs, bytes       uint64        // heap deltas of a sequential run
 	cmds                 int64         // server commands of the measured part, -1 if unknown
+	reqs                 int64         // client requests of the measured part, -1 if unknown
 	clientCPU, serverCPU time.Duration // CPU times of the measured part, -1 if unknown
 	counts               []int         // acquisitions per goroutine of a contended run
 }
 
 func newResult(scenario string, l Locker) Result {
-	return Result{Scenario: scenario, Lib: l.Lib(), N: l.N(), Rounds: 1, cmds: -1, clientCPU: -1, serverCPU: -1,
-		Fairness: math.NaN(), AllocsPerOp: math.NaN(), BytesPerOp: math.NaN(), CmdsPerOp: math.NaN()}
+	return Result{Scenario: scenario, Lib: l.Lib(), N: l.N(), Rounds: 1, cmds: -1, reqs: -1, clientCPU: -1, serverCPU: -1,
+		Fairness: math.NaN(), AllocsPerOp: math.NaN(), BytesPerOp: math.NaN(), CmdsPerOp: math.NaN(), ReqsPerOp: math.NaN()}
 }
 
 // Merge combines runs of one scenario for one library and N (rounds
@@ -115,6 +121,11 @@ func Merge(parts ...Result) Result {
 		} else {
 			r.cmds = -1
 		}
+		if r.reqs >= 0 && p.reqs >= 0 {
+			r.reqs += p.reqs
+		} else {
+			r.reqs = -1
+		}
 		if r.clientCPU >= 0 && p.clientCPU >= 0 {
 			r.clientCPU += p.clientCPU
 		} else {
@@ -142,6 +153,7 @@ func Merge(parts ...Result) Result {
 		r.setFairness(r.counts)
 	}
 	r.setCmds(r.cmds)
+	r.setReqs(r.reqs)
 	r.setCPU(r.clientCPU, r.serverCPU)
 	r.setLatencies(r.Latencies)
 	return r
@@ -197,6 +209,39 @@ func (r *Result) setCmds(cmds int64) {
 	r.CmdsPerOp = math.NaN()
 	if n := r.Ops + r.Errors; cmds >= 0 && n > 0 {
 		r.CmdsPerOp = float64(cmds) / float64(n)
+	}
+}
+
+// RequestCounter is a Locker that counts the commands its client sends (see
+// Requests).
+type RequestCounter interface {
+	Requests() int64
+}
+
+// requests sums the requests counted by the distinct lockers of ls, or returns
+// -1 when one of them does not count.
+func requests(ls ...Locker) int64 {
+	var n int64
+	seen := map[Locker]bool{}
+	for _, l := range ls {
+		rc, ok := l.(RequestCounter)
+		if !ok {
+			return -1
+		}
+		if !seen[l] {
+			seen[l] = true
+			n += rc.Requests()
+		}
+	}
+	return n
+}
+
+// setReqs records the client requests counted over the measured part.
+func (r *Result) setReqs(reqs int64) {
+	r.reqs = reqs
+	r.ReqsPerOp = math.NaN()
+	if n := r.Ops + r.Errors; reqs >= 0 && n > 0 {
+		r.ReqsPerOp = float64(reqs) / float64(n)
 	}
 }
 
@@ -284,7 +329,7 @@ func Sequential(ctx context.Context, l Locker, scenario string, cfg SequentialCo
 	}
 	lat := make([]time.Duration, 0, cfg.Iterations)
 	var before, after runtime.MemStats
-	cmds0 := cfg.Commands.count()
+	cmds0, reqs0 := cfg.Commands.count(), requests(l)
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start := time.Now()
@@ -308,6 +353,9 @@ func Sequential(ctx context.Context, l Locker, scenario string, cfg SequentialCo
 	r.mallocs, r.bytes = after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc
 	if cmds1 := cfg.Commands.count(); cmds0 >= 0 && cmds1 >= 0 {
 		r.setCmds(cmds1 - cmds0)
+	}
+	if reqs1 := requests(l); reqs0 >= 0 && reqs1 >= 0 {
+		r.setReqs(reqs1 - reqs0)
 	}
 	if n := r.Ops + r.Errors; n > 0 {
 		r.AllocsPerOp = float64(r.mallocs) / float64(n)
@@ -500,7 +548,7 @@ func contend(ctx context.Context, scenario string, lockers []Locker, cfg Contend
 	lctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	h := &handoffs{r: &r, taken: make(chan struct{}), counts: make([]int, len(lockers))}
-	cmds0 := cfg.Commands.count()
+	cmds0, reqs0 := cfg.Commands.count(), requests(lockers...)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g, l := range lockers {
@@ -530,12 +578,15 @@ func contend(ctx context.Context, scenario string, lockers []Locker, cfg Contend
 	}
 	wg.Wait()
 	r.Elapsed = time.Since(start)
-	cmds1 := cfg.Commands.count()
+	cmds1, reqs1 := cfg.Commands.count(), requests(lockers...)
 	for _, c := range h.counts {
 		r.Ops += c
 	}
 	if cmds0 >= 0 && cmds1 >= 0 {
 		r.setCmds(cmds1 - cmds0)
+	}
+	if reqs0 >= 0 && reqs1 >= 0 {
+		r.setReqs(reqs1 - reqs0)
 	}
 	r.setFairness(h.counts)
 	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()

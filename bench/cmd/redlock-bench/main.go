@@ -494,9 +494,9 @@ func logResult(r bench.Result) {
 	if r.Errors > 0 {
 		extra = fmt.Sprintf(" errors=%d (first: %v)", r.Errors, r.FirstErr)
 	}
-	log.Printf("%-14s %-13s N=%d p50=%-9v p99=%-9v ops/s=%-8.0f fair=%.2f allocs/op=%.0f cmds/op=%.1f cpu/op=%v+%v n=%d%s",
+	log.Printf("%-14s %-13s N=%d p50=%-9v p99=%-9v ops/s=%-8.0f fair=%.2f allocs/op=%.0f sent/op=%.1f cmds/op=%.1f cpu/op=%v+%v n=%d%s",
 		r.Scenario, r.Lib, r.N, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.OpsPerSec,
-		r.Fairness, r.AllocsPerOp, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, r.Samples, extra)
+		r.Fairness, r.AllocsPerOp, r.ReqsPerOp, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, r.Samples, extra)
 }
 
 // commandOutput runs a command and returns its trimmed output, or "" on error.
@@ -623,7 +623,8 @@ func settings(f flags) []string {
 			f.contenders, f.contended, f.hold),
 		fmt.Sprintf("`%s`: %d separate clients of one library (as separate services would be: no in-process queue between them), one goroutine each, on one key for %v in all; "+
 			"each calls Lock, holds the lock %v, releases it and waits until another client has taken it, as in `contended`. "+
-			"cmds/op is the servers' total_commands_processed delta (INFO stats, script internals included, INFO itself excluded), summed over the N nodes, per acquisition.",
+			"cmds/op is the servers' total_commands_processed delta (INFO stats, script internals included, INFO itself excluded), summed over the N nodes, per acquisition. "+
+			"sent/op is the number of commands the clients wrote, per acquisition: every library's connections are dialed through a counting wrapper that parses the RESP stream (an EVALSHA counts once, subscriptions and pings count too).",
 			bench.ScenarioClients, f.clients, f.clientsDuration, f.clientsHold),
 		fmt.Sprintf("**%s**: the same separate-clients scenario with `redlock.WithFair()` (fresh clients for every round, %d rounds).", bench.LibRedlockFair, f.rounds),
 		fmt.Sprintf("`%s` and `%s`: %d separate redlock clients at N=3 as above, in %d rounds of: a healthy run, node 3 paused with SIGSTOP, a paused run, resume (fresh clients for every run).",

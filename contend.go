@@ -52,8 +52,10 @@ type pace struct {
 	fair  bool // fair mode: the nodes' queues order the waiters, no gate
 	gated bool // the next attempt asks the gate first
 	quiet int  // backoffs in a row that no release notification cut short
-	lost  int  // failed gated attempts: the older the waiter, the sooner it goes
+	lost  int  // failed or dropped gated attempts: the older the waiter, the sooner it goes
 	soon  bool // fair mode: the last attempt was granted by some nodes only
+	skip  bool // the next attempt is dropped: another client's waiter took the lock
+	yield bool // the first wait lets other clients' waiters go first (yieldFirst)
 }
 
 // fairRetry is how soon a fair waiter whose attempt some nodes granted tries
@@ -63,6 +65,10 @@ const fairRetry = time.Millisecond
 
 // backoff is the wait before the retry after attempt.
 func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
+	if p.yield {
+		p.yield = false
+		return yieldWait
+	}
 	if p.soon {
 		return mrand.N(fairRetry) + 1
 	}
@@ -107,7 +113,12 @@ func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
 	case wokeRemote:
 		rw.drain() // the same release, notified twice
 		p.gated, p.quiet = true, 0
-		return stagger(ctx, p.lost)
+		taken, err := stagger(ctx, p.lost, rw.taken)
+		if taken {
+			p.lost++
+			p.skip = true
+		}
+		return err
 	case wokeLocal:
 		p.gated, p.quiet = false, 0
 	default:
@@ -121,20 +132,31 @@ func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
 const staggerMax = time.Millisecond
 
 // stagger waits before a woken waiter's gated attempt: a random delay below
-// staggerMax/(1+lost), where lost counts this Lock call's failed gated
-// attempts. Waiters of all clients are notified in the same order every time
-// (their order of subscription): without it, the first one would always win
-// the gate. Dividing by 1+lost lets waiters that lost more go sooner, an
-// approximation of first come, first served.
-func stagger(ctx context.Context, lost int) error {
+// staggerMax/(1+lost), where lost counts the handoffs this Lock call let pass
+// (its failed or dropped gated attempts). Waiters of all clients are woken by
+// one release at the same moment, in the same order every time (their order
+// of subscription): without the delay the first one would always win the
+// gate, and the others would all spend a command on a refusal. Dividing by
+// 1+lost lets waiters that let more handoffs pass go sooner, an approximation
+// of first come, first served. When taken tells, meanwhile, that another
+// waiter's grant was announced, the attempt would be refused: stagger reports
+// it, and the waiter goes back to waiting without sending it.
+func stagger(ctx context.Context, lost int, taken <-chan struct{}) (bool, error) {
+	select {
+	case <-taken: // announced already
+		return true, nil
+	default:
+	}
 	d := mrand.N(staggerMax) / time.Duration(1+lost)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return false, nil
+	case <-taken:
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 
@@ -197,12 +219,14 @@ type gate struct {
 	once sync.Once
 }
 
-// gated wraps the acquisition's call on one node (acquire) into a gated one.
-func (c *Client) gated(key string, acquire func(context.Context, int, node.Node) (node.Acquired, bool, error)) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
+// gated wraps the acquisition's call on one node into a gated one.
+// The gate node is asked through announce (a grant there is announced to other
+// clients' waiters), the others through acquire.
+func (c *Client) gated(key string, acquire, announce func(context.Context, int, node.Node) (node.Acquired, bool, error)) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	g := &gate{c: c, idx: c.gateOf(key, c.cfg.clock.Now()), open: make(chan struct{}), shut: make(chan struct{})}
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
 		if i == g.idx {
-			a, ok, err := acquire(ctx, i, n)
+			a, ok, err := announce(ctx, i, n)
 			if ok || err != nil { // granted, or unknown: let the others decide
 				g.once.Do(func() { close(g.open) })
 			} else {
@@ -287,15 +311,26 @@ func (s *splitWatch) stop() {
 	s.cancel()
 }
 
+// contention is what a client remembers of a resource that other clients
+// contend for.
+type contention struct {
+	refused  time.Time // last refusal of one of this client's attempts
+	released time.Time // last release of the resource by this client, while contended
+}
+
 // sawContention records that an attempt on resource was refused by a node
 // (another client holds it, or is taking it).
 func (c *Client) sawContention(resource string) {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	if e := c.contended[resource]; e != nil {
+		e.refused = now
+		return
+	}
 	if len(c.contended) >= maxContended {
-		for r, t := range c.contended {
-			if now.Sub(t) > contendedFor {
+		for r, e := range c.contended {
+			if now.Sub(e.refused) > contendedFor {
 				delete(c.contended, r)
 			}
 		}
@@ -303,7 +338,7 @@ func (c *Client) sawContention(resource string) {
 			return // too many resources contended at once: they go ungated
 		}
 	}
-	c.contended[resource] = now
+	c.contended[resource] = &contention{refused: now}
 }
 
 // contendedLately reports whether an attempt on resource was refused less
@@ -312,6 +347,35 @@ func (c *Client) contendedLately(resource string) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	t, ok := c.contended[resource]
-	return ok && now.Sub(t) <= contendedFor
+	e := c.contended[resource]
+	return e != nil && now.Sub(e.refused) <= contendedFor
+}
+
+const (
+	// yieldFor is how long after releasing a contended resource a client's
+	// next Lock on it lets the waiters of other clients go first.
+	yieldFor = 50 * time.Millisecond
+	// yieldWait is how long such a Lock waits for the next release before it
+	// makes its first attempt anyway (nobody was waiting after all).
+	yieldWait = 10 * time.Millisecond
+)
+
+// releasedContendedLocked records a release of resource by this client; c.qmu
+// must be held.
+func (c *Client) releasedContendedLocked(resource string, now time.Time) {
+	if e := c.contended[resource]; e != nil && now.Sub(e.refused) <= contendedFor {
+		e.released = now
+	}
+}
+
+// yieldFirst reports whether this client released resource, contended, less
+// than yieldFor ago: its next Lock then waits for the next release instead of
+// taking the lock from under the waiters of other clients (who have waited
+// longer). Should nobody be waiting after all, the wait is yieldWait.
+func (c *Client) yieldFirst(resource string) bool {
+	now := c.cfg.clock.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	e := c.contended[resource]
+	return e != nil && !e.released.IsZero() && now.Sub(e.released) <= yieldFor
 }

@@ -191,3 +191,146 @@ func TestStaleKeyOnGateDoesNotBlockWaiters(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// An announcement that the lock was taken (node.TakenChannel) that reaches a
+// waiter before a release, in the same reply stream, is older than that
+// release: the waiter ignores it and asks the nodes.
+func TestStaleAnnouncementDoesNotHoldWaiterBack(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	attempts := make(chan redlock.AttemptEvent, 100)
+	holder, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer holder.Close()
+	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
+		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
+	}))
+	require.NoError(t, err)
+	defer waiter.Close()
+	ctx := ctxT(t, 30*time.Second)
+
+	held, err := holder.Lock(ctx, "ann")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "ann", redlock.WithLockRetryBackoff(time.Minute, time.Minute))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for range 2 { // every node, then the gate once subscribed
+		require.False(t, (<-attempts).Acquired)
+	}
+	for range 3 {
+		// On the node the waiter listens to, in one transaction.
+		for _, s := range servers {
+			vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", "redlock:{ann}"))
+			require.NoError(t, err)
+			if n, _ := redis.Int(vals[1], nil); n == 0 {
+				continue
+			}
+			c, err := redis.Dial("tcp", s.Addr())
+			require.NoError(t, err)
+			require.NoError(t, c.Send("MULTI"))
+			require.NoError(t, c.Send("PUBLISH", "redlock:{ann}:taken", "taken"))
+			require.NoError(t, c.Send("PUBLISH", "redlock:{ann}", "released"))
+			_, err = c.Do("EXEC")
+			require.NoError(t, err)
+			c.Close()
+		}
+		select {
+		case e := <-attempts:
+			require.False(t, e.Acquired)
+		case <-ctx.Done():
+			t.Fatal("the waiter ignored a release because of an older announcement")
+		}
+	}
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+}
+
+// A client that releases a contended lock and locks it again at once lets the
+// waiter of another client, which has waited longer, go first (no barging).
+// The releaser knows the lock is contended because it waited for it itself.
+func TestReleaserYieldsToWaitingClient(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	a, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer a.Close()
+	refused := make(chan struct{}, 100)
+	b, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
+		OnAttempt: func(e redlock.AttemptEvent) {
+			if !e.Acquired {
+				refused <- struct{}{}
+			}
+		},
+	}))
+	require.NoError(t, err)
+	defer b.Close()
+	ctx := ctxT(t, 60*time.Second)
+
+	// a waits for b's lock: from then on it knows the resource is contended.
+	lb, err := b.Lock(ctx, "yield")
+	require.NoError(t, err)
+	aIn := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := a.Lock(ctx, "yield")
+		assert.NoError(t, err)
+		aIn <- l
+	}()
+	waitListening(t, servers, "redlock:{yield}")
+	require.NoError(t, lb.Release(ctx))
+	held := <-aIn
+	require.NotNil(t, held)
+
+	const rounds = 20
+	bFirst := 0
+	for range rounds {
+		for len(refused) > 0 {
+			<-refused
+		}
+		order := make(chan string, 2)
+		bDone := make(chan struct{})
+		go func() {
+			defer close(bDone)
+			l, err := b.Lock(ctx, "yield")
+			if assert.NoError(t, err) {
+				order <- "b"
+				assert.NoError(t, l.Release(ctx))
+			}
+		}()
+		<-refused // b waits
+		require.NoError(t, held.Release(ctx))
+		held, err = a.Lock(ctx, "yield") // at once
+		require.NoError(t, err)
+		order <- "a"
+		if <-order == "b" { // a got the lock once b released it
+			bFirst++
+			<-bDone
+			continue
+		}
+		require.NoError(t, held.Release(ctx)) // a barged: let b through
+		<-bDone
+		held, err = a.Lock(ctx, "yield")
+		require.NoError(t, err)
+	}
+	require.NoError(t, held.Release(ctx))
+	assert.GreaterOrEqual(t, bFirst, rounds*3/4, "the waiting client went first in %d of %d rounds", bFirst, rounds)
+}
+
+// waitListening waits until some client listens for key's releases.
+func waitListening(t *testing.T, servers []*redistest.Server, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", key))
+			if err != nil {
+				return false
+			}
+			if n, _ := redis.Int(vals[1], nil); n > 0 {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond)
+}

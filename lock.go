@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -24,6 +25,7 @@ type Lock struct {
 	// Set once granted, before the caller sees the lock.
 	acquire    *quorum.Call[node.Acquired]
 	acquiredAt time.Time
+	announced  atomic.Bool // a node announced a grant of this attempt (announceOn)
 
 	op sync.Mutex // serialises Extend and Release
 
@@ -54,6 +56,23 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 	return a, a.OK, err
 }
 
+// announceOn is acquireOn for the attempt of a woken waiter: a grant is told
+// to the other clients' waiters (node.Announcer), so that those that were
+// about to send their attempt drop it instead of spending a command on a
+// refusal.
+func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+	an, ok := n.(node.Announcer)
+	if !ok {
+		return l.acquireOn(ctx, i, n)
+	}
+	a, err := an.AcquireAnnounced(ctx, l.key, l.fenceKey, l.token, l.ttl)
+	l.c.health.observe(i, err, l.c.cfg.clock.Now())
+	if a.OK || err != nil { // granted, or perhaps: waiters may have dropped their attempts
+		l.announced.Store(true)
+	}
+	return a, a.OK, err
+}
+
 // acquireFairOn is the acquisition's call on one node in fair mode: through
 // the node's waiters' queue, where the node has one.
 func (l *Lock) acquireFairOn(w node.Waiter) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
@@ -70,10 +89,12 @@ func (l *Lock) acquireFairOn(w node.Waiter) func(context.Context, int, node.Node
 
 // undoStraggler releases the lock on node i, where the acquisition landed (or
 // may have) after it was given up. Once the holder released the lock, the
-// release notifies waiters, who may be listening only on that node; before (an
-// attempt that failed), the lock is held elsewhere and nobody is told.
+// release notifies waiters, who may be listening only on that node. Before (an
+// attempt that failed), the lock is held elsewhere and nobody is told, unless
+// the attempt announced a grant: waiters that dropped their attempts because
+// of it are woken again.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
-	l.c.releaseDetached(i, l.key, l.token, l.isReleased())
+	l.c.releaseDetached(i, l.key, l.token, l.isReleased() || l.announced.Load())
 }
 
 // granted records a successful acquisition.

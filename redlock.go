@@ -36,8 +36,8 @@ type Client struct {
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
 
-	health    *health              // nodes that failed lately, skipped as gates
-	contended map[string]time.Time // resources refused lately (guarded by qmu)
+	health    *health                // nodes that failed lately, skipped as gates
+	contended map[string]*contention // resources refused lately (guarded by qmu)
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -60,7 +60,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
-		health: newHealth(len(nodes)), contended: map[string]time.Time{}}
+		health: newHealth(len(nodes)), contended: map[string]*contention{}}
 	for i, n := range nodes {
 		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
 			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
@@ -246,10 +246,20 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 	}()
 	var last *QuorumError
 	p := c.newPace(resource)
+	if p.gated && !c.heldHere(resource) {
+		// Contended lately: listen before the first attempt, so that a
+		// refusal needs no second one; and after a release of this client,
+		// let the waiters of other clients go first.
+		rw = c.watchReleases(ctx, c.lockKey(resource), nil)
+		p.skip = c.yieldFirst(resource)
+		p.yield = p.skip
+	}
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
-		if attempt > 0 || !c.heldHere(resource) {
+		if p.skip {
+			p.skip = false // another client's turn (see stagger, yieldFirst): wait for its release
+		} else if attempt > 0 || !c.heldHere(resource) {
 			l, err := c.try(ctx, resource, lc, p.gated)
 			if err == nil {
 				return l, nil
@@ -380,7 +390,9 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	case lc.waiter != nil:
 		rd.call = l.acquireFairOn(*lc.waiter)
 	case gated && len(c.nodes) >= 3:
-		rd.call = c.gated(l.key, l.acquireOn)
+		rd.call = c.gated(l.key, l.acquireOn, l.announceOn)
+	case gated:
+		rd.call = l.announceOn
 	}
 	call := rd.start(ctx, c)
 	o := call.Wait(sctx)

@@ -75,8 +75,10 @@ func (c *Client) tookHere(resource string) {
 // releasedHere records that a lock taken through this client was released, and
 // wakes the first of this client's waiters for the resource at once.
 func (c *Client) releasedHere(resource string) {
+	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
+	c.releasedContendedLocked(resource, now)
 	if c.held[resource]--; c.held[resource] <= 0 {
 		delete(c.held, resource)
 	}
@@ -92,10 +94,12 @@ func (c *Client) releasedHere(resource string) {
 // that supports them.
 type releaseWatch struct {
 	notify chan struct{}
-	mu     sync.Mutex
-	stops  []func()
-	wg     sync.WaitGroup
-	done   chan struct{}
+	taken  chan struct{} // a woken waiter's grant was announced (node.TakenChannel) since the last release
+
+	mu    sync.Mutex
+	stops []func()
+	wg    sync.WaitGroup
+	done  chan struct{}
 }
 
 // watchReleases subscribes to key's release notifications and returns as soon
@@ -106,10 +110,14 @@ type releaseWatch struct {
 // N times per release; a gate that fails leaves waiters to their backoff, and
 // the gate then moves. Otherwise it listens to every node.
 //
+// It also listens, on the same nodes, for announced grants (node.Announcer):
+// a waiter woken by a release that learns, before it sends its attempt, that
+// another client's waiter took the lock, drops the attempt (see stagger).
+//
 // In fair mode (w not nil) it listens on w's own channel: a release wakes the
 // head of the queue only.
 func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) *releaseWatch {
-	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
+	rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
 	nodes := c.nodes
@@ -127,31 +135,21 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 		}
 	}
 	confirmed := make(chan bool, len(watchers))
-	for _, w := range watchers {
+	for _, watcher := range watchers {
 		rw.wg.Add(1)
 		go func() {
 			defer rw.wg.Done()
-			ch, stop, err := w.Watch(ctx, channel)
-			if stop != nil {
-				rw.mu.Lock()
-				rw.stops = append(rw.stops, stop)
-				rw.mu.Unlock()
+			var taken <-chan struct{}
+			if w == nil { // fair mode has no announced grants
+				taken = rw.watch(ctx, watcher, node.TakenChannel(key))
 			}
+			ch, stop, err := watcher.Watch(ctx, channel)
+			rw.addStop(stop)
 			confirmed <- err == nil && stop != nil
 			if ch == nil {
 				return
 			}
-			for {
-				select {
-				case <-ch:
-					select {
-					case rw.notify <- struct{}{}:
-					default:
-					}
-				case <-rw.done:
-					return
-				}
-			}
+			rw.forward(ch, taken)
 		}()
 	}
 	for range watchers {
@@ -165,6 +163,57 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 		}
 	}
 	return rw
+}
+
+// watch subscribes to channel on watcher without waiting for the node's
+// confirmation (the release channel's is awaited; both go over one
+// connection); nil if the node cannot watch.
+func (rw *releaseWatch) watch(ctx context.Context, watcher node.Watcher, channel string) <-chan struct{} {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel() // Watch registers the subscription before it waits
+	ch, stop, _ := watcher.Watch(ctx, channel)
+	rw.addStop(stop)
+	return ch
+}
+
+func (rw *releaseWatch) addStop(stop func()) {
+	if stop == nil {
+		return
+	}
+	rw.mu.Lock()
+	rw.stops = append(rw.stops, stop)
+	rw.mu.Unlock()
+}
+
+// forward passes one node's release notifications (released) and grant
+// announcements (taken) on to the waiter until the watch stops. A node sends
+// both over one connection, in order, so an announcement pending when a
+// release arrives is older than that release: it is dropped.
+func (rw *releaseWatch) forward(released, taken <-chan struct{}) {
+	for {
+		select {
+		case <-released:
+			select {
+			case <-taken:
+			default:
+			}
+			select {
+			case <-rw.taken:
+			default:
+			}
+			select {
+			case rw.notify <- struct{}{}:
+			default:
+			}
+		case <-taken:
+			select {
+			case rw.taken <- struct{}{}:
+			default:
+			}
+		case <-rw.done:
+			return
+		}
+	}
 }
 
 // drain drops a pending notification.

@@ -1,6 +1,8 @@
 -- Acquire: take the lock if it is free and report the node's fence counter.
 -- KEYS[1] lock key, KEYS[2] fence counter key (same hash slot)
--- ARGV[1] owner token, ARGV[2] TTL in milliseconds
+-- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] (optional) a
+-- channel to tell, when the SET succeeded, that the lock was taken (see
+-- node.Announcer)
 -- Returns {1 or 0, counter as a decimal string ("0" when absent), 1 if the
 -- counter exists else 0}. The counter is read in the same atomic step as the SET,
 -- whether or not the SET succeeded, so that the client can compute a fencing token
@@ -11,5 +13,8 @@ local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if ok then return {1, f, present} end
+if ok then
+  if ARGV[3] then redis.pcall('PUBLISH', ARGV[3], 'taken') end
+  return {1, f, present}
+end
 return {0, f, present}

@@ -323,6 +323,20 @@ func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl ti
 	return parseAcquired(reply)
 }
 
+// AcquireAnnounced implements Announcer.
+func (r *Redis) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
+	if r.quarantine != nil {
+		if err := r.quarantine.refusal(); err != nil {
+			return Acquired{}, err
+		}
+	}
+	reply, err := r.eval(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds(), TakenChannel(key))
+	if err != nil {
+		return Acquired{}, err
+	}
+	return parseAcquired(reply)
+}
+
 // Release implements Node.
 func (r *Redis) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
 	n := "0"

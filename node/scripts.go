@@ -24,7 +24,8 @@ func (s Script) Keys() int { return s.s.keys }
 // The scripts behind the Node methods, with their arguments (all sent as
 // strings; a TTL in whole milliseconds, a fence as a decimal uint64).
 var (
-	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms. Reply
+	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms, and optionally a
+	// channel to publish "taken" on when granted (TakenChannel). Reply
 	// {0|1, fence counter as a decimal string, 0|1 counter present}; see
 	// ParseAcquired.
 	AcquireScript = Script{acquireScript}

@@ -45,7 +45,7 @@ func TestClientTargets(t *testing.T) {
 	rep := &bench.Report{}
 	add := func(scenario, lib string, n int, opsPerSec, cmds, fair float64, p50 time.Duration) {
 		rep.Results = append(rep.Results, bench.Result{Scenario: scenario, Lib: lib, N: n, Ops: 100, Samples: 99,
-			OpsPerSec: opsPerSec, CmdsPerOp: cmds, Fairness: fair, P50: p50})
+			OpsPerSec: opsPerSec, CmdsPerOp: cmds, ReqsPerOp: cmds / 2, Fairness: fair, P50: p50})
 	}
 	for _, n := range []int{1, 3, 5} {
 		add(bench.ScenarioClients, bench.LibRedlock, n, 3000, float64(2*n), 0.9, 800*time.Microsecond)
@@ -55,8 +55,8 @@ func TestClientTargets(t *testing.T) {
 	add(bench.ScenarioClientsHealthy, bench.LibRedlock, 3, 1000, 6, 0.9, time.Millisecond)
 	add(bench.ScenarioClientsPaused, bench.LibRedlock, 3, 600, 6, 0.9, time.Millisecond)
 	got := rep.Targets()[5:]
-	if len(got) != 13 {
-		t.Fatalf("%d client targets, want 13", len(got))
+	if len(got) != 16 {
+		t.Fatalf("%d client targets, want 16", len(got))
 	}
 	for i, tg := range got {
 		want := i != len(got)-1 // all met but the paused one (0.6×)
@@ -69,8 +69,8 @@ func TestClientTargets(t *testing.T) {
 func TestTargets(t *testing.T) {
 	got := fakeReport().Targets()
 	want := []bool{true, true, true, false, true} // N=1, 3, 5 latency; N=5 throughput 1.5×; paused 1.2×
-	if len(got) != len(want)+13 {
-		t.Fatalf("%d targets, want %d", len(got), len(want)+13)
+	if len(got) != len(want)+16 {
+		t.Fatalf("%d targets, want %d", len(got), len(want)+16)
 	}
 	for _, tg := range got[len(want):] {
 		if tg.Known { // the fake report has no separate-clients results

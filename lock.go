@@ -52,8 +52,7 @@ func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
 // acquireOn is the acquisition's call on one node.
 func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
 	a, err := n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
-	l.c.health.observe(i, err, l.c.cfg.clock.Now())
-	return a, a.OK, err
+	return l.observe(i, a, err)
 }
 
 // announceOn is acquireOn for the attempt of a woken waiter: a grant is told
@@ -66,11 +65,10 @@ func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquire
 		return l.acquireOn(ctx, i, n)
 	}
 	a, err := an.AcquireAnnounced(ctx, l.key, l.fenceKey, l.token, l.ttl)
-	l.c.health.observe(i, err, l.c.cfg.clock.Now())
 	if a.OK || err != nil { // granted, or perhaps: waiters may have dropped their attempts
 		l.announced.Store(true)
 	}
-	return a, a.OK, err
+	return l.observe(i, a, err)
 }
 
 // acquireFairOn is the acquisition's call on one node in fair mode: through
@@ -82,9 +80,15 @@ func (l *Lock) acquireFairOn(w node.Waiter) func(context.Context, int, node.Node
 			return l.acquireOn(ctx, i, n)
 		}
 		a, err := q.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
-		l.c.health.observe(i, err, l.c.cfg.clock.Now())
-		return a, a.OK, err
+		return l.observe(i, a, err)
 	}
+}
+
+// observe records node i's answer to an acquisition in the gate's health
+// record, and returns it as a round's call does.
+func (l *Lock) observe(i int, a node.Acquired, err error) (node.Acquired, bool, error) {
+	l.c.health.observe(i, err, l.c.cfg.clock.Now())
+	return a, a.OK, err
 }
 
 // undoStraggler releases the lock on node i, where the acquisition landed (or

@@ -80,18 +80,9 @@ func QueueKeys(key string) (queue, leases string) { return key + ":q", key + ":q
 
 // AcquireFair implements Queuer.
 func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
-	if r.quarantine != nil {
-		if err := r.quarantine.refusal(); err != nil {
-			return Acquired{}, err
-		}
-	}
 	q, qx := QueueKeys(key)
 	lease := max(w.Lease.Milliseconds(), 1)
-	reply, err := r.eval(ctx, fairAcquireScript, key, fenceKey, q, qx, token, ttl.Milliseconds(), w.ID, w.Ticket, lease)
-	if err != nil {
-		return Acquired{}, err
-	}
-	return parseAcquired(reply)
+	return r.acquire(ctx, fairAcquireScript, key, fenceKey, q, qx, token, ttl.Milliseconds(), w.ID, w.Ticket, lease)
 }
 
 // ReleaseFair implements Queuer.

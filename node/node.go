@@ -311,26 +311,23 @@ func (r *Redis) Ping(ctx context.Context) error {
 
 // Acquire implements Node.
 func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	if r.quarantine != nil {
-		if err := r.quarantine.refusal(); err != nil {
-			return Acquired{}, err
-		}
-	}
-	reply, err := r.eval(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds())
-	if err != nil {
-		return Acquired{}, err
-	}
-	return parseAcquired(reply)
+	return r.acquire(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds())
 }
 
 // AcquireAnnounced implements Announcer.
 func (r *Redis) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
+	return r.acquire(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds(), TakenChannel(key))
+}
+
+// acquire runs an acquisition script (its reply is AcquireScript's), unless
+// the node is in quarantine.
+func (r *Redis) acquire(ctx context.Context, s *script, keysAndArgs ...any) (Acquired, error) {
 	if r.quarantine != nil {
 		if err := r.quarantine.refusal(); err != nil {
 			return Acquired{}, err
 		}
 	}
-	reply, err := r.eval(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds(), TakenChannel(key))
+	reply, err := r.eval(ctx, s, keysAndArgs...)
 	if err != nil {
 		return Acquired{}, err
 	}

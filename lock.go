@@ -143,10 +143,7 @@ func (l *Lock) setUntil(t time.Time) {
 // notifyLocked wakes whoever watches the lease; l.mu must be held.
 func (l *Lock) notifyLocked() {
 	for ch := range l.watchers {
-		select {
-		case ch <- struct{}{}:
-		default: // already poked
-		}
+		poke(ch)
 	}
 }
 

@@ -83,10 +83,7 @@ func (c *Client) releasedHere(resource string) {
 		delete(c.held, resource)
 	}
 	if q := c.queues[resource]; q != nil {
-		select {
-		case q.poke <- struct{}{}:
-		default:
-		}
+		poke(q.poke)
 	}
 }
 
@@ -193,23 +190,11 @@ func (rw *releaseWatch) forward(released, taken <-chan struct{}) {
 	for {
 		select {
 		case <-released:
-			select {
-			case <-taken:
-			default:
-			}
-			select {
-			case <-rw.taken:
-			default:
-			}
-			select {
-			case rw.notify <- struct{}{}:
-			default:
-			}
+			drain(taken)
+			drain(rw.taken)
+			poke(rw.notify)
 		case <-taken:
-			select {
-			case rw.taken <- struct{}{}:
-			default:
-			}
+			poke(rw.taken)
 		case <-rw.done:
 			return
 		}
@@ -217,9 +202,20 @@ func (rw *releaseWatch) forward(released, taken <-chan struct{}) {
 }
 
 // drain drops a pending notification.
-func (rw *releaseWatch) drain() {
+func (rw *releaseWatch) drain() { drain(rw.notify) }
+
+// poke makes a value pending on ch (capacity 1), unless one is already.
+func poke(ch chan<- struct{}) {
 	select {
-	case <-rw.notify:
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// drain drops the value pending on ch, if any.
+func drain(ch <-chan struct{}) {
+	select {
+	case <-ch:
 	default:
 	}
 }

@@ -116,26 +116,10 @@ func Merge(parts ...Result) Result {
 		r.Latencies = append(r.Latencies, p.Latencies...)
 		r.mallocs += p.mallocs
 		r.bytes += p.bytes
-		if r.cmds >= 0 && p.cmds >= 0 {
-			r.cmds += p.cmds
-		} else {
-			r.cmds = -1
-		}
-		if r.reqs >= 0 && p.reqs >= 0 {
-			r.reqs += p.reqs
-		} else {
-			r.reqs = -1
-		}
-		if r.clientCPU >= 0 && p.clientCPU >= 0 {
-			r.clientCPU += p.clientCPU
-		} else {
-			r.clientCPU = -1
-		}
-		if r.serverCPU >= 0 && p.serverCPU >= 0 {
-			r.serverCPU += p.serverCPU
-		} else {
-			r.serverCPU = -1
-		}
+		r.cmds = sumKnown(r.cmds, p.cmds)
+		r.reqs = sumKnown(r.reqs, p.reqs)
+		r.clientCPU = sumKnown(r.clientCPU, p.clientCPU)
+		r.serverCPU = sumKnown(r.serverCPU, p.serverCPU)
 		for i, c := range p.counts {
 			if i < len(r.counts) {
 				r.counts[i] += c
@@ -203,14 +187,36 @@ func (c Counter) count() int64 {
 	return n
 }
 
-// setCmds records the commands counted over the measured part.
-func (r *Result) setCmds(cmds int64) {
-	r.cmds = cmds
-	r.CmdsPerOp = math.NaN()
-	if n := r.Ops + r.Errors; cmds >= 0 && n > 0 {
-		r.CmdsPerOp = float64(cmds) / float64(n)
+// A count or a time of which -1 means unknown (a counter that failed).
+type known interface{ int64 | time.Duration }
+
+// sumKnown returns a+b, or -1 when either is unknown.
+func sumKnown[T known](a, b T) T {
+	if a < 0 || b < 0 {
+		return -1
 	}
+	return a + b
 }
+
+// deltaKnown returns after-before, or -1 when either is unknown.
+func deltaKnown[T known](before, after T) T {
+	if before < 0 || after < 0 {
+		return -1
+	}
+	return after - before
+}
+
+// perOp divides total (-1: unknown) by the operations, failed ones included;
+// NaN when unknown or when there were none.
+func (r *Result) perOp(total int64) float64 {
+	if n := r.Ops + r.Errors; total >= 0 && n > 0 {
+		return float64(total) / float64(n)
+	}
+	return math.NaN()
+}
+
+// setCmds records the commands counted over the measured part.
+func (r *Result) setCmds(cmds int64) { r.cmds, r.CmdsPerOp = cmds, r.perOp(cmds) }
 
 // RequestCounter is a Locker that counts the commands its client sends (see
 // Requests).
@@ -237,13 +243,7 @@ func requests(ls ...Locker) int64 {
 }
 
 // setReqs records the client requests counted over the measured part.
-func (r *Result) setReqs(reqs int64) {
-	r.reqs = reqs
-	r.ReqsPerOp = math.NaN()
-	if n := r.Ops + r.Errors; reqs >= 0 && n > 0 {
-		r.ReqsPerOp = float64(reqs) / float64(n)
-	}
-}
+func (r *Result) setReqs(reqs int64) { r.reqs, r.ReqsPerOp = reqs, r.perOp(reqs) }
 
 func (r *Result) setFairness(counts []int) {
 	r.counts = counts
@@ -351,12 +351,8 @@ func Sequential(ctx context.Context, l Locker, scenario string, cfg SequentialCo
 	r.Elapsed = time.Since(start)
 	runtime.ReadMemStats(&after)
 	r.mallocs, r.bytes = after.Mallocs-before.Mallocs, after.TotalAlloc-before.TotalAlloc
-	if cmds1 := cfg.Commands.count(); cmds0 >= 0 && cmds1 >= 0 {
-		r.setCmds(cmds1 - cmds0)
-	}
-	if reqs1 := requests(l); reqs0 >= 0 && reqs1 >= 0 {
-		r.setReqs(reqs1 - reqs0)
-	}
+	r.setCmds(deltaKnown(cmds0, cfg.Commands.count()))
+	r.setReqs(deltaKnown(reqs0, requests(l)))
 	if n := r.Ops + r.Errors; n > 0 {
 		r.AllocsPerOp = float64(r.mallocs) / float64(n)
 		r.BytesPerOp = float64(r.bytes) / float64(n)
@@ -418,17 +414,8 @@ func Throughput(ctx context.Context, l Locker, cfg ThroughputConfig) Result {
 	}
 	r.Ops = len(all)
 	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
-	if cmds0 >= 0 && cmds1 >= 0 {
-		r.setCmds(cmds1 - cmds0)
-	}
-	client, server := time.Duration(-1), time.Duration(-1)
-	if client0 >= 0 && client1 >= 0 {
-		client = client1 - client0
-	}
-	if server0 >= 0 && server1 >= 0 {
-		server = server1 - server0
-	}
-	r.setCPU(client, server)
+	r.setCmds(deltaKnown(cmds0, cmds1))
+	r.setCPU(deltaKnown(client0, client1), deltaKnown(server0, server1))
 	r.setLatencies(all)
 	return r
 }
@@ -582,12 +569,8 @@ func contend(ctx context.Context, scenario string, lockers []Locker, cfg Contend
 	for _, c := range h.counts {
 		r.Ops += c
 	}
-	if cmds0 >= 0 && cmds1 >= 0 {
-		r.setCmds(cmds1 - cmds0)
-	}
-	if reqs0 >= 0 && reqs1 >= 0 {
-		r.setReqs(reqs1 - reqs0)
-	}
+	r.setCmds(deltaKnown(cmds0, cmds1))
+	r.setReqs(deltaKnown(reqs0, reqs1))
 	r.setFairness(h.counts)
 	r.OpsPerSec = float64(r.Ops) / r.Elapsed.Seconds()
 	r.setLatencies(h.lat)

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,33 +107,8 @@ func evalshas(t *testing.T, servers []*redistest.Server) []int64 {
 // releases and the waiter gets the lock.
 func TestWokenWaiterAsksTheGateOnly(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	attempts := make(chan redlock.AttemptEvent, 100)
-	holder, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	defer holder.Close()
-	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
-		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
-	}))
-	require.NoError(t, err)
-	defer waiter.Close()
 	ctx := ctxT(t, 30*time.Second)
-
-	held, err := holder.Lock(ctx, "gate")
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, "gate", redlock.WithLockRetryBackoff(time.Minute, time.Minute))
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	// The first attempt asks every node; the retry once subscribed goes
-	// through the gate.
-	for range 2 {
-		e := <-attempts
-		require.False(t, e.Acquired)
-	}
+	held, attempts, got := waitingClient(ctx, t, servers, "gate")
 	before := evalshas(t, servers)
 	// A notification that frees nothing. The waiter listens on one node
 	// only, the gate: one wake.
@@ -197,36 +173,12 @@ func TestStaleKeyOnGateDoesNotBlockWaiters(t *testing.T) {
 // release: the waiter ignores it and asks the nodes.
 func TestStaleAnnouncementDoesNotHoldWaiterBack(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	attempts := make(chan redlock.AttemptEvent, 100)
-	holder, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	defer holder.Close()
-	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
-		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
-	}))
-	require.NoError(t, err)
-	defer waiter.Close()
 	ctx := ctxT(t, 30*time.Second)
-
-	held, err := holder.Lock(ctx, "ann")
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, "ann", redlock.WithLockRetryBackoff(time.Minute, time.Minute))
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	for range 2 { // every node, then the gate once subscribed
-		require.False(t, (<-attempts).Acquired)
-	}
+	held, attempts, got := waitingClient(ctx, t, servers, "ann")
 	for range 3 {
 		// On the node the waiter listens to, in one transaction.
 		for _, s := range servers {
-			vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", "redlock:{ann}"))
-			require.NoError(t, err)
-			if n, _ := redis.Int(vals[1], nil); n == 0 {
+			if listeners(t, s, "redlock:{ann}") == 0 {
 				continue
 			}
 			c, err := redis.Dial("tcp", s.Addr())
@@ -323,14 +275,54 @@ func waitListening(t *testing.T, servers []*redistest.Server, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, s := range servers {
-			vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", key))
-			if err != nil {
-				return false
-			}
-			if n, _ := redis.Int(vals[1], nil); n > 0 {
+			if listeners(t, s, key) > 0 {
 				return true
 			}
 		}
 		return false
 	}, 10*time.Second, time.Millisecond)
+}
+
+// listeners returns how many connections to s subscribe to channel.
+func listeners(t *testing.T, s *redistest.Server, channel string) int {
+	t.Helper()
+	vals, err := redis.Values(s.Do("PUBSUB", "NUMSUB", channel))
+	require.NoError(t, err)
+	n, err := redis.Int(vals[1], nil)
+	require.NoError(t, err)
+	return n
+}
+
+// waitingClient makes a holder client take resource on servers, and a
+// separate waiter client wait for it in the background, with a backoff of a
+// minute (only notifications wake it). It returns the holder's lock once the
+// waiter made its first two attempts (every node, then the gate once
+// subscribed), the waiter's later attempts, and the outcome of its Lock and
+// Release. Both clients are closed when the test ends.
+func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string) (*redlock.Lock, <-chan redlock.AttemptEvent, <-chan error) {
+	t.Helper()
+	attempts := make(chan redlock.AttemptEvent, 100)
+	holder, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close() })
+	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
+		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { waiter.Close() })
+
+	held, err := holder.Lock(ctx, resource)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, resource, redlock.WithLockRetryBackoff(time.Minute, time.Minute))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	for range 2 {
+		require.False(t, (<-attempts).Acquired)
+	}
+	return held, attempts, got
 }

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +51,7 @@ func TestSeparateClientsPausedMinority(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	servers[2].Pause()
 	ctx := ctxT(t, 40*time.Second)
-	var inside, maxInside, total atomic.Int64
+	var occ occupancy
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(time.Minute), redlock.WithTTL(time.Minute))
@@ -65,15 +64,8 @@ func TestSeparateClientsPausedMinority(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				n := inside.Add(1)
-				for {
-					m := maxInside.Load()
-					if n <= m || maxInside.CompareAndSwap(m, n) {
-						break
-					}
-				}
-				total.Add(1)
-				inside.Add(-1)
+				occ.enter()
+				occ.leave()
 				assert.NoError(t, l.Release(ctx))
 			}
 		}()
@@ -81,8 +73,8 @@ func TestSeparateClientsPausedMinority(t *testing.T) {
 	}
 	wg.Wait()
 	servers[2].Resume()
-	assert.Equal(t, int64(1), maxInside.Load())
-	assert.Equal(t, int64(100), total.Load())
+	assert.Equal(t, int64(1), occ.most.Load())
+	assert.Equal(t, int64(100), occ.total.Load())
 }
 
 // evalshas returns the number of EVALSHA calls each server has run.

@@ -31,6 +31,19 @@ func cluster(t testing.TB, n int, opts ...redlock.Option) (*redlock.Client, []*r
 	return c, servers
 }
 
+// occupancy counts the goroutines inside a critical section: how many are
+// in now, the most ever in at once, and how many entered.
+type occupancy struct{ inside, most, total atomic.Int64 }
+
+func (o *occupancy) enter() {
+	n := o.inside.Add(1)
+	for m := o.most.Load(); n > m && !o.most.CompareAndSwap(m, n); m = o.most.Load() {
+	}
+	o.total.Add(1)
+}
+
+func (o *occupancy) leave() { o.inside.Add(-1) }
+
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -356,7 +369,7 @@ func TestScriptFlushFallback(t *testing.T) {
 func TestMutualExclusionUnderContention(t *testing.T) {
 	c, _ := cluster(t, 3, redlock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
 	ctx := ctxT(t, 60*time.Second)
-	var inside, maxInside, total atomic.Int64
+	var occ occupancy
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -367,22 +380,15 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				n := inside.Add(1)
-				for {
-					m := maxInside.Load()
-					if n <= m || maxInside.CompareAndSwap(m, n) {
-						break
-					}
-				}
-				total.Add(1)
-				inside.Add(-1)
+				occ.enter()
+				occ.leave()
 				assert.NoError(t, l.Release(ctx))
 			}
 		}()
 	}
 	wg.Wait()
-	assert.Equal(t, int64(1), maxInside.Load())
-	assert.Equal(t, int64(120), total.Load())
+	assert.Equal(t, int64(1), occ.most.Load())
+	assert.Equal(t, int64(120), occ.total.Load())
 }
 
 func TestLogsCarryDigestsOnly(t *testing.T) {

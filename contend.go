@@ -54,8 +54,11 @@ type pace struct {
 	quiet int  // backoffs in a row that no release notification cut short
 	lost  int  // failed or dropped gated attempts: the older the waiter, the sooner it goes
 	soon  bool // fair mode: the last attempt was granted by some nodes only
-	skip  bool // the next attempt is dropped: another client's waiter took the lock
-	yield bool // the first wait lets other clients' waiters go first (yieldFirst)
+	// behind: fair mode, the last attempt was refused by a majority with
+	// other waiters queued first (place.ahead)
+	behind bool
+	skip   bool // the next attempt is dropped: another client's waiter took the lock
+	yield  bool // the first wait lets other clients' waiters go first (yieldFirst)
 }
 
 // fairRetry is how soon a fair waiter whose attempt some nodes granted tries
@@ -72,6 +75,12 @@ func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
 	if p.soon {
 		return mrand.N(fairRetry) + 1
 	}
+	if p.behind {
+		// Other waiters go first, and each is woken in turn by a release:
+		// this one will be too. The backoff only covers a lost wake-up
+		// and renews the place (fairLease outlasts it).
+		return lc.retryMax/2 + mrand.N(lc.retryMax/2+1)
+	}
 	return backoff(lc.retryMin, lc.retryMax, attempt)
 }
 
@@ -85,9 +94,17 @@ func (c *Client) newPace(resource string) pace {
 	return pace{gated: c.contendedLately(resource)}
 }
 
+// farBehind reports whether fair waiter w had at least two waiters queued
+// before it on a majority of the nodes at its last attempt: then a release
+// while it subscribed woke the first of them, and it need not try again at
+// once; missing its own wake-up would take two handoffs within that round
+// trip, and costs one backoff.
+func (p *pace) farBehind(w *place) bool { return p.fair && w != nil && w.ahead >= 2 }
+
 // failed records a failed attempt on resource.
-func (p *pace) failed(c *Client, resource string, qe *QuorumError) {
+func (p *pace) failed(c *Client, resource string, qe *QuorumError, w *place) {
 	p.soon = p.fair && qe.Agreed > 0
+	p.behind = p.fair && !p.soon && w != nil && w.ahead > 0
 	if qe.Refused > 0 {
 		c.sawContention(resource)
 	}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -35,13 +36,39 @@ func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token string, 
 	return n.Release(ctx, key, token, notify)
 }
 
+// place is a Lock call's place in the nodes' waiters' queues.
+type place struct {
+	node.Waiter
+	// ahead is, after an attempt that failed, how many waiters a majority of
+	// the nodes had queued before this one (each of them at least that
+	// many): the next releases will wake them, not this one, which can wait
+	// for its own wake-up rather than poll (see pace.backoff).
+	ahead int
+}
+
 // newWaiter returns a fresh place in the queues, ticketed now.
-func (c *Client) newWaiter(lc lockConfig) *node.Waiter {
+func (c *Client) newWaiter(lc lockConfig) *place {
 	id, err := newToken()
 	if err != nil {
 		id = Digest(time.Now().String()) // crypto/rand failed: uniqueness is all that matters here
 	}
-	return &node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}
+	return &place{Waiter: node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}}
+}
+
+// queuedAhead returns how many waiters at least need nodes reported queued
+// before this one when they refused an attempt (place.ahead).
+func queuedAhead(replies []quorum.Reply[node.Acquired], need int) int {
+	var ahead []int
+	for _, r := range replies {
+		if r.Done && r.Err == nil && !r.OK {
+			ahead = append(ahead, r.Value.Ahead)
+		}
+	}
+	if need < 1 || len(ahead) < need {
+		return 0
+	}
+	slices.Sort(ahead)
+	return ahead[len(ahead)-need]
 }
 
 // leaveQueue removes waiter id from key's queue on every node, in the

@@ -26,23 +26,36 @@ func TestFairOrder(t *testing.T) {
 	}
 	held, err := dial().Lock(ctx, "fifo")
 	require.NoError(t, err)
+	order := fairWaiters(t, dial, "fifo", 4, nil)
+	require.NoError(t, held.Release(ctx))
+	assert.Equal(t, []int{0, 1, 2, 3}, order())
+}
 
-	const waiters = 4
+// fairWaiters starts n separate clients made by dial, each waiting in Lock on
+// resource (and releasing at once), one after the other: each has made its
+// first attempt, and so is queued, before the next starts. attempted, if not
+// nil, sees every attempt of waiter i. The returned function waits for all of
+// them and returns the order in which they got the lock.
+func fairWaiters(t *testing.T, dial func(...redlock.Option) *redlock.Client, resource string, n int, attempted func(i int)) func() []int {
+	ctx := ctxT(t, 30*time.Second)
 	var (
 		mu    sync.Mutex
 		order []int
 		wg    sync.WaitGroup
 	)
-	for i := range waiters {
-		attempted := make(chan struct{})
+	for i := range n {
+		queued := make(chan struct{})
 		var once sync.Once
 		c := dial(redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) {
-			once.Do(func() { close(attempted) })
+			if attempted != nil {
+				attempted(i)
+			}
+			once.Do(func() { close(queued) })
 		}}))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := c.Lock(ctx, "fifo")
+			l, err := c.Lock(ctx, resource)
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -51,11 +64,46 @@ func TestFairOrder(t *testing.T) {
 			mu.Unlock()
 			assert.NoError(t, l.Release(ctx))
 		}()
-		<-attempted // queued: the next waiter comes after it
+		<-queued
+	}
+	return func() []int {
+		wg.Wait()
+		return order
+	}
+}
+
+// In fair mode a waiter with others queued before it waits for the release
+// that wakes it rather than poll: over a long hold it attempts only to renew
+// its place, while the head of the queue backs off as in the default mode.
+// The order is still first come, first served.
+func TestFairWaitersBehindDoNotPoll(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	dial := func(opts ...redlock.Option) *redlock.Client {
+		opts = append([]redlock.Option{redlock.WithFair(), redlock.WithRetryBackoff(time.Millisecond, time.Second)}, opts...)
+		c, err := redlock.Dial(redistest.URLs(servers), opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	held, err := dial().Lock(ctx, "nopoll")
+	require.NoError(t, err)
+	const waiters = 3
+	var attempts [waiters]atomic.Int64
+	order := fairWaiters(t, dial, "nopoll", waiters, func(i int) { attempts[i].Add(1) })
+	time.Sleep(time.Second) // the hold: every waiter waits through it
+	before := [waiters]int64{}
+	for i := range attempts {
+		before[i] = attempts[i].Load()
 	}
 	require.NoError(t, held.Release(ctx))
-	wg.Wait()
-	assert.Equal(t, []int{0, 1, 2, 3}, order)
+	assert.Equal(t, []int{0, 1, 2}, order())
+	// The head backs off from 1 ms, doubling: about ten attempts in a second.
+	// The others renew their place at most every half second, after their
+	// first attempt and, one behind the head, a second once listening.
+	assert.GreaterOrEqual(t, before[0], int64(6), "the head backs off as usual")
+	assert.LessOrEqual(t, before[1], int64(4), "second in line")
+	assert.LessOrEqual(t, before[2], int64(3), "third in line")
 }
 
 // A waiter that crashed at the head of the queue blocks the others only

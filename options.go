@@ -112,8 +112,8 @@ func (f holdOptionFunc) applyHold(h *holdConfig) error              { return f(h
 func (f holdOptionFunc) applyDo(_ *lockConfig, h *holdConfig) error { return f(h) }
 
 type lockConfig struct {
-	attempts *int         // counts attempts for hooks, when set
-	waiter   *node.Waiter // the place in the nodes' waiters' queues (WithFair)
+	attempts *int   // counts attempts for hooks, when set
+	waiter   *place // the place in the nodes' waiters' queues (WithFair)
 	fence    bool
 	ttl      time.Duration
 	retryMin time.Duration

@@ -267,14 +267,20 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
 				return nil, err // bad input, closed client, failed fencing: retrying cannot help
 			}
-			p.failed(c, resource, last)
+			p.failed(c, resource, last, lc.waiter)
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we
 				// subscribed), through the gate, as other waiters may too.
-				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
+				var w *node.Waiter
+				if lc.waiter != nil {
+					w = &lc.waiter.Waiter
+				}
+				rw = c.watchReleases(ctx, c.lockKey(resource), w)
 				p.gated = !p.fair
-				continue
+				if !p.farBehind(lc.waiter) {
+					continue
+				}
 			}
 		}
 		// Woken by a release, or after a backoff with full jitter in case a
@@ -388,7 +394,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
 	switch {
 	case lc.waiter != nil:
-		rd.call = l.acquireFairOn(*lc.waiter)
+		rd.call = l.acquireFairOn(lc.waiter.Waiter)
 	case gated && len(c.nodes) >= 3:
 		rd.call = c.gated(l.key, l.acquireOn, l.announceOn)
 	case gated:
@@ -402,6 +408,9 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
+		if lc.waiter != nil {
+			lc.waiter.ahead = queuedAhead(call.Replies(), quorum.Majority(len(c.nodes)))
+		}
 		c.abandonAcquire(call.Call, l)
 		undecided := errLeaseOutlived
 		if splitVote {

@@ -10,7 +10,8 @@
 -- renewed; the SET NX is tried only if the caller is at the head, which leaves
 -- the queue when it succeeds.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
--- as acquire.lua does.
+-- as acquire.lua does, then the number of waiters queued before the caller (0
+-- when it was granted, or is at the head and the lock is held).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
@@ -26,14 +27,14 @@ redis.call('PEXPIRE', KEYS[4], 2 * lease)
 local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-if head[1] ~= ARGV[3] then return {0, f, present} end
+local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+if ahead > 0 then return {0, f, present, ahead} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- Its turn is used: the next waiter is at the head as soon as the lock is
   -- released. Should the grant fail elsewhere, the waiter is queued again with
   -- the same ticket, in the same place.
   redis.call('ZREM', KEYS[3], ARGV[3])
   redis.call('ZREM', KEYS[4], ARGV[3])
-  return {1, f, present}
+  return {1, f, present, 0}
 end
-return {0, f, present}
+return {0, f, present, 0}

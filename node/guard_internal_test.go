@@ -121,3 +121,33 @@ func TestReplyGuard(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseAcquired reads arbitrary replies as an acquisition script's: a
+// reply is accepted only in the shapes the scripts produce, with a fence
+// counter that fits a uint64 and a non-negative queue position; anything else
+// is ErrUnexpectedReply, never a panic.
+func FuzzParseAcquired(f *testing.F) {
+	f.Add([]byte("*3\r\n:1\r\n$1\r\n7\r\n:1\r\n"))
+	f.Add([]byte("*4\r\n:0\r\n$1\r\n0\r\n:0\r\n:3\r\n"))
+	f.Add([]byte("*4\r\n:0\r\n$1\r\n0\r\n:0\r\n:-1\r\n"))
+	f.Add([]byte("*2\r\n:1\r\n$1\r\n7\r\n-ERR x\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		replies, _ := receiveAll(data, replyLimits{bytes: 1 << 10, elems: 64})
+		for _, v := range replies {
+			a, err := parseAcquired(v)
+			if err != nil {
+				if !errors.Is(err, ErrUnexpectedReply) {
+					t.Fatalf("%v: error %v is not ErrUnexpectedReply", v, err)
+				}
+				continue
+			}
+			vs := v.([]any)
+			if len(vs) != 3 && len(vs) != 4 {
+				t.Fatalf("accepted a reply of %d elements", len(vs))
+			}
+			if a.Ahead < 0 || (len(vs) == 3 && a.Ahead != 0) {
+				t.Fatalf("%v: Ahead %d", v, a.Ahead)
+			}
+		}
+	})
+}

@@ -54,6 +54,10 @@ type Acquired struct {
 	// while others have one has lost it (a restart without persistence, an
 	// eviction) or never saw a fenced grant of the resource.
 	HasFence bool
+	// Ahead is, for a refusal of Queuer.AcquireFair, the number of waiters
+	// the node has queued before the caller: 0 when the caller is at the
+	// head (the lock is held), and always 0 for the other acquisitions.
+	Ahead int
 }
 
 // Sentinel errors of this package, reachable with errors.Is.
@@ -414,17 +418,25 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 }
 
 // parseAcquired reads an acquisition script's reply, a redigo array of the
-// three elements ParseAcquired reads.
+// three elements ParseAcquired reads, and for the fair acquisition a fourth:
+// the number of waiters queued before the caller (Acquired.Ahead).
 func parseAcquired(reply any) (Acquired, error) {
 	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) != 3 {
+	if err != nil || len(vals) < 3 || len(vals) > 4 {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	ok, err1 := redis.Int64(vals[0], nil)
 	fs, err2 := redis.String(vals[1], nil)
 	present, err3 := redis.Int64(vals[2], nil)
-	if err1 != nil || err2 != nil || err3 != nil {
+	var ahead int64
+	var err4 error
+	if len(vals) == 4 {
+		ahead, err4 = redis.Int64(vals[3], nil)
+	}
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || ahead < 0 {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
-	return ParseAcquired(ok, fs, present)
+	a, err := ParseAcquired(ok, fs, present)
+	a.Ahead = int(ahead)
+	return a, err
 }

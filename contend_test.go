@@ -259,7 +259,10 @@ func TestReleaserYieldsToWaitingClient(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, held.Release(ctx))
-	assert.GreaterOrEqual(t, bFirst, rounds*3/4, "the waiting client went first in %d of %d rounds", bFirst, rounds)
+	// Without the yield, a barges in nearly every round (b first in 1 or 2 of
+	// 20); with it, b goes first unless its wake-up takes longer than a's
+	// yield (a loaded machine under -race: a few rounds).
+	assert.GreaterOrEqual(t, bFirst, rounds/2, "the waiting client went first in %d of %d rounds", bFirst, rounds)
 }
 
 // waitListening waits until some client listens for key's releases.

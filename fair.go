@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -46,12 +47,24 @@ type place struct {
 	ahead int
 }
 
-// newWaiter returns a fresh place in the queues, ticketed now.
-func (c *Client) newWaiter(lc lockConfig) *place {
-	id, err := newToken()
+// newWaiterGroup returns a random name for a client's waiters.
+func newWaiterGroup() string {
+	g, err := newToken()
 	if err != nil {
-		id = Digest(time.Now().String()) // crypto/rand failed: uniqueness is all that matters here
+		g = Digest(time.Now().String()) // crypto/rand failed: uniqueness is all that matters here
 	}
+	return g
+}
+
+// newWaiter returns a fresh place in the queues, ticketed now. Its id,
+// group/n, is unique; the client's waiters share the group, and so one wake-up
+// channel per key (node.WaiterChannel): a client contending for a key again
+// and again keeps its subscription (it lingers between Lock calls, see
+// node.Watcher) instead of subscribing and unsubscribing every time. Its Lock
+// calls on one key wait one at a time (enterQueue), so a wake-up on that
+// channel is for the current one, or a stale one that costs an attempt.
+func (c *Client) newWaiter(lc lockConfig) *place {
+	id := c.waiterGroup + "/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 	return &place{Waiter: node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}}
 }
 

@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -38,6 +39,9 @@ type Client struct {
 
 	health    *health                // nodes that failed lately, skipped as gates
 	contended map[string]*contention // resources refused lately (guarded by qmu)
+
+	waiterGroup string       // fair mode: the waiters' ids' group, random (newWaiter)
+	waiterSeq   atomic.Int64 // fair mode: numbers this client's waiters
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -60,7 +64,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
-		health: newHealth(len(nodes)), contended: map[string]*contention{}}
+		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
 	for i, n := range nodes {
 		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
 			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)

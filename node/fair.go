@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	_ "embed"
+	"strings"
 	"time"
 )
 
@@ -23,7 +24,8 @@ var (
 
 // Waiter is a place in a lock key's waiters' queue (fair mode).
 type Waiter struct {
-	// ID names the waiter: random, unique.
+	// ID names the waiter: random, unique. The part before a "/", if any,
+	// names the channel it is woken on (WaiterChannel).
 	ID string
 	// Ticket orders the waiters: lower first, ties by ID. The waiter chooses
 	// it and sends the same to every node, so that all nodes agree on the
@@ -69,8 +71,15 @@ var _ Announcer = (*Redis)(nil)
 func TakenChannel(key string) string { return key + ":taken" }
 
 // WaiterChannel is the channel on which the waiter id is told that key was
-// released while it was at the head of the queue: Watch it like a key.
-func WaiterChannel(key, id string) string { return key + ":w:" + id }
+// released while it was at the head of the queue: Watch it like a key. An id
+// of the form group/rest is told on its group's channel: a client that names
+// its waiters so can keep one subscription across its Lock calls.
+func WaiterChannel(key, id string) string {
+	if g, _, ok := strings.Cut(id, "/"); ok {
+		id = g
+	}
+	return key + ":w:" + id
+}
 
 var _ Queuer = (*Redis)(nil)
 

@@ -3,8 +3,9 @@
 -- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters' leases; ARGV[1] owner token.
 -- Returns 1 if deleted, 0 otherwise.
 -- When the key is free afterwards, waiters whose lease ran out are dropped and
--- the head is told on its own channel (lock key .. ':w:' .. waiter id); with
--- nobody queued, on the lock key's channel, as release.lua does.
+-- the head is told on its own channel (lock key .. ':w:' .. waiter id, where
+-- an id "group/rest" is told on its group's); with nobody queued, on the lock
+-- key's channel, as release.lua does.
 local held = redis.call('GET', KEYS[1])
 local deleted = 0
 if held == ARGV[1] then
@@ -22,7 +23,7 @@ for _, w in ipairs(dead) do
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)
 if head[1] then
-  redis.call('PUBLISH', KEYS[1] .. ':w:' .. head[1], 'released')
+  redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
 else
   redis.call('PUBLISH', KEYS[1], 'released')
 end

@@ -80,12 +80,18 @@ func TestSeparateClientsPausedMinority(t *testing.T) {
 // evalshas returns the number of EVALSHA calls each server has run.
 func evalshas(t *testing.T, servers []*redistest.Server) []int64 {
 	t.Helper()
+	return calls(t, servers, "evalsha")
+}
+
+// calls returns the number of calls of cmd (lower case) each server has run.
+func calls(t *testing.T, servers []*redistest.Server, cmd string) []int64 {
+	t.Helper()
 	out := make([]int64, len(servers))
 	for i, s := range servers {
 		info, err := redis.String(s.Do("INFO", "commandstats"))
 		require.NoError(t, err)
 		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			if v, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
 				out[i], err = strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
 				require.NoError(t, err)
 			}

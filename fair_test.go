@@ -106,6 +106,53 @@ func TestFairWaitersBehindDoNotPoll(t *testing.T) {
 	assert.LessOrEqual(t, before[2], int64(3), "third in line")
 }
 
+// A fair client's Lock calls on one key are woken on one channel: its
+// subscription lingers between the calls instead of being made again by each.
+func TestFairWakeUpSubscriptionLingers(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	queued := make(chan struct{}, 1)
+	dial := func() *redlock.Client {
+		c, err := redlock.Dial(redistest.URLs(servers), redlock.WithFair(),
+			redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+				if !e.Acquired {
+					select {
+					case queued <- struct{}{}:
+					default:
+					}
+				}
+			}}))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	clients := []*redlock.Client{dial(), dial()}
+	held, err := clients[0].Lock(ctx, "linger")
+	require.NoError(t, err)
+	const rounds = 10
+	for i := range 2 * rounds { // each client in turn waits for the other's lock
+		for len(queued) > 0 {
+			<-queued
+		}
+		next := make(chan *redlock.Lock, 1)
+		go func() {
+			l, err := clients[(i+1)%2].Lock(ctx, "linger")
+			assert.NoError(t, err)
+			next <- l
+		}()
+		<-queued // refused: it waits
+		require.NoError(t, held.Release(ctx))
+		held = <-next
+		require.NotNil(t, held)
+	}
+	require.NoError(t, held.Release(ctx))
+	var subscribes int64
+	for _, n := range calls(t, servers, "subscribe") {
+		subscribes += n
+	}
+	assert.LessOrEqual(t, subscribes, int64(4), "%d SUBSCRIBE calls for %d waits", subscribes, 2*rounds)
+}
+
 // A waiter that crashed at the head of the queue blocks the others only
 // until its lease runs out.
 func TestFairCrashedWaiter(t *testing.T) {

@@ -50,13 +50,13 @@ func TestClientTargets(t *testing.T) {
 	for _, n := range []int{1, 3, 5} {
 		add(bench.ScenarioClients, bench.LibRedlock, n, 3000, float64(2*n), 0.9, 800*time.Microsecond)
 		add(bench.ScenarioClients, bench.LibRedsync, n, 1000, float64(4*n), 0.5, 2*time.Millisecond)
-		add(bench.ScenarioClients, bench.LibRedlockFair, n, 2000, float64(8*n), 0.97, time.Millisecond)
+		add(bench.ScenarioClients, bench.LibRedlockFair, n, 2000, float64(3*n), 0.97, time.Millisecond)
 	}
 	add(bench.ScenarioClientsHealthy, bench.LibRedlock, 3, 1000, 6, 0.9, time.Millisecond)
 	add(bench.ScenarioClientsPaused, bench.LibRedlock, 3, 600, 6, 0.9, time.Millisecond)
 	got := rep.Targets()[5:]
-	if len(got) != 16 {
-		t.Fatalf("%d client targets, want 16", len(got))
+	if len(got) != 25 {
+		t.Fatalf("%d client targets, want 25", len(got))
 	}
 	for i, tg := range got {
 		want := i != len(got)-1 // all met but the paused one (0.6×)
@@ -69,8 +69,8 @@ func TestClientTargets(t *testing.T) {
 func TestTargets(t *testing.T) {
 	got := fakeReport().Targets()
 	want := []bool{true, true, true, false, true} // N=1, 3, 5 latency; N=5 throughput 1.5×; paused 1.2×
-	if len(got) != len(want)+16 {
-		t.Fatalf("%d targets, want %d", len(got), len(want)+16)
+	if len(got) != len(want)+25 {
+		t.Fatalf("%d targets, want %d", len(got), len(want)+25)
 	}
 	for _, tg := range got[len(want):] {
 		if tg.Known { // the fake report has no separate-clients results

@@ -29,10 +29,11 @@ const fairLeaseMin = 2 * time.Second
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
 // releaseOn releases key on n; with notify in fair mode, through the node's
-// queue, so that only the head waiter is woken.
-func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token string, notify bool) (bool, error) {
+// queue, so that only the head waiter is woken. waiter is the id of the
+// waiter the lock was granted to (fair mode), or empty: it leaves the queue.
+func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
 	if q, ok := n.(node.Queuer); ok && notify && c.cfg.fair {
-		return q.ReleaseFair(ctx, key, token)
+		return q.ReleaseFair(ctx, key, token, waiter)
 	}
 	return n.Release(ctx, key, token, notify)
 }
@@ -87,7 +88,9 @@ func queuedAhead(replies []quorum.Reply[node.Acquired], need int) int {
 // leaveQueue removes waiter id from key's queue on every node, in the
 // background (a waiter that cannot be removed is dropped when its lease runs
 // out); granted is the lock the waiter got, if it did: the nodes that granted
-// it have dequeued it already.
+// it have dequeued it already, and those that refused it do so when the lock
+// is released (ReleaseFair), before they wake the next waiter; until then
+// nobody else can take the lock anyway.
 func (c *Client) leaveQueue(key, id string, granted *Lock) {
 	end, err := c.begin()
 	if err != nil {
@@ -100,7 +103,7 @@ func (c *Client) leaveQueue(key, id string, granted *Lock) {
 	}
 	for i, n := range c.nodes {
 		q, ok := n.(node.Queuer)
-		if !ok || (replies != nil && replies[i].Yes()) {
+		if !ok || (replies != nil && replies[i].Done) {
 			continue
 		}
 		c.spawn(func() {

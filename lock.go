@@ -26,6 +26,7 @@ type Lock struct {
 	acquire    *quorum.Call[node.Acquired]
 	acquiredAt time.Time
 	announced  atomic.Bool // a node announced a grant of this attempt (announceOn)
+	waiter     string      // fair mode: the waiter id of the Lock call, which Release takes out of the queues
 
 	op sync.Mutex // serialises Extend and Release
 
@@ -263,7 +264,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-		ok, err := c.releaseOn(ctx, n, l.key, l.token, true)
+		ok, err := c.releaseOn(ctx, n, l.key, l.token, l.waiter, true)
 		return struct{}{}, ok, err
 	}}.start(ctx, c)
 	o := call.Wait(ctx)

@@ -399,6 +399,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	switch {
 	case lc.waiter != nil:
 		rd.call = l.acquireFairOn(lc.waiter.Waiter)
+		l.waiter = lc.waiter.ID
 	case gated && len(c.nodes) >= 3:
 		rd.call = c.gated(l.key, l.acquireOn, l.announceOn)
 	case gated:
@@ -475,7 +476,7 @@ func (c *Client) releaseNow(i int, key, token string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
-		ok, err := c.releaseOn(ctx, n, key, token, notify)
+		ok, err := c.releaseOn(ctx, n, key, token, "", notify)
 		return ok, ok, err
 	})
 	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {

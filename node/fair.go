@@ -49,8 +49,10 @@ type Queuer interface {
 	// ReleaseFair deletes key if it still holds token, as Release does, and
 	// reports whether it did; when key is free afterwards it wakes the head
 	// of the queue only, on its channel (WaiterChannel), or the key's
-	// watchers when nobody is queued.
-	ReleaseFair(ctx context.Context, key, token string) (bool, error)
+	// watchers when nobody is queued. waiter, if not empty, is the id of
+	// the waiter the lock was granted to: it leaves the queue first (a node
+	// that refused it still has it queued, perhaps at the head).
+	ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error)
 }
 
 // Announcer is a Node that can tell waiters of other clients, in the same
@@ -95,9 +97,9 @@ func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, tt
 }
 
 // ReleaseFair implements Queuer.
-func (r *Redis) ReleaseFair(ctx context.Context, key, token string) (bool, error) {
+func (r *Redis) ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error) {
 	q, qx := QueueKeys(key)
-	return r.flag(ctx, fairReleaseScript, key, q, qx, token)
+	return r.flag(ctx, fairReleaseScript, key, q, qx, token, waiter)
 }
 
 // LeaveQueue implements Queuer.

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,12 @@ func TestFairQueue(t *testing.T) {
 	require.False(t, a.OK, "early is queued ahead, though it came after")
 	assert.Equal(t, 1, a.Ahead, "early is ahead")
 	require.NoError(t, n.LeaveQueue(ctx, key, early.ID))
+	// An attempt of early that reaches the node after its leave (sent before
+	// it, on another connection) is refused, and does not queue it again.
+	a, err = n.AcquireFair(ctx, key, fence, "t-early3", time.Minute, early)
+	require.NoError(t, err)
+	require.False(t, a.OK, "early left: a late attempt")
+	assert.NotContains(t, queued(), early.ID)
 	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
 	require.NoError(t, err)
 	require.True(t, a.OK, "early left")
@@ -68,6 +75,7 @@ func TestFairQueue(t *testing.T) {
 
 	// crashed queues (the lock is held), then never comes back: once the lock
 	// is free, late waits until crashed's lease runs out.
+	early = node.Waiter{ID: "early-again", Ticket: 100, Lease: time.Minute}
 	a, err = n.AcquireFair(ctx, key, fence, "t-early", time.Minute, early)
 	require.NoError(t, err)
 	require.True(t, a.OK)
@@ -90,9 +98,17 @@ func TestFairQueue(t *testing.T) {
 	}
 	assert.Empty(t, queued())
 	require.NoError(t, n.LeaveQueue(ctx, key, late.ID))
+	n0, err := redis.Int64(s.Do("EXISTS", q))
+	require.NoError(t, err)
+	assert.Zero(t, n0, "an empty queue is gone")
+	left, err := redis.Strings(s.Do("ZRANGE", qx, 0, -1))
+	require.NoError(t, err)
+	for _, m := range left {
+		assert.True(t, strings.HasPrefix(m, "-"), "only the marks of waiters that left remain: %q", m)
+	}
 	ttl, err := redis.Int64(s.Do("PTTL", qx))
 	require.NoError(t, err)
-	assert.LessOrEqual(t, ttl, int64(-2), "empty queues are gone")
+	assert.Positive(t, ttl, "and they expire")
 }
 
 // A fair release wakes the head of the queue only, on its own channel; with
@@ -136,11 +152,11 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, a.OK)
 	}
-	ok, err = n.ReleaseFair(ctx, key, "t-other")
+	ok, err = n.ReleaseFair(ctx, key, "t-other", "")
 	require.NoError(t, err)
 	assert.False(t, ok, "not the owner")
 	assert.Empty(t, published(), "nothing released, nobody woken")
-	ok, err = n.ReleaseFair(ctx, key, "t-holder")
+	ok, err = n.ReleaseFair(ctx, key, "t-holder", "")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published())
@@ -150,7 +166,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	a, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/1", Ticket: 5, Lease: time.Minute})
 	require.NoError(t, err)
 	require.True(t, a.OK)
-	ok, err = n.ReleaseFair(ctx, key, "t-g")
+	ok, err = n.ReleaseFair(ctx, key, "t-g", "")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, []string{node.WaiterChannel(key, "c")}, published())
@@ -158,7 +174,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/2", Ticket: 6, Lease: time.Minute})
 	require.NoError(t, err)
-	ok, err = n.ReleaseFair(ctx, key, "t-c")
+	ok, err = n.ReleaseFair(ctx, key, "t-c", "")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, []string{key + ":w:g"}, published())
@@ -166,8 +182,45 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 
 	require.NoError(t, n.LeaveQueue(ctx, key, "g/2"))
 	require.NoError(t, n.LeaveQueue(ctx, key, "c"))
-	ok, err = n.ReleaseFair(ctx, key, "t-holder")
+	ok, err = n.ReleaseFair(ctx, key, "t-holder", "")
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.Equal(t, []string{key}, published(), "the key is free and nobody is queued")
+
+	// x got the lock elsewhere while this node, still held by p, refused it
+	// and kept it at the head: p's release wakes x, for nothing; x's release
+	// takes it out of the queue and wakes the next waiter.
+	_, err = s.Do("SET", key, "t-p")
+	require.NoError(t, err)
+	for i, id := range []string{"x", "y"} {
+		a, err = n.AcquireFair(ctx, key, fence, "t-"+id, time.Minute, node.Waiter{ID: id, Ticket: int64(100 + i), Lease: time.Minute})
+		require.NoError(t, err)
+		require.False(t, a.OK)
+	}
+	ok, err = n.ReleaseFair(ctx, key, "t-p", "")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, []string{node.WaiterChannel(key, "x")}, published())
+	ok, err = n.ReleaseFair(ctx, key, "t-x", "x")
+	require.NoError(t, err)
+	assert.False(t, ok, "x held nothing here")
+	assert.Equal(t, []string{node.WaiterChannel(key, "y")}, published(), "x left the queue")
+
+	// y missed that wake-up: an attempt by a waiter behind it, the lock free,
+	// wakes it again. While the lock is held, such an attempt wakes nobody.
+	a, err = n.AcquireFair(ctx, key, fence, "t-z", time.Minute, node.Waiter{ID: "z", Ticket: 300, Lease: time.Minute})
+	require.NoError(t, err)
+	require.False(t, a.OK)
+	assert.Equal(t, 1, a.Ahead)
+	assert.Equal(t, []string{node.WaiterChannel(key, "y")}, published(), "the head woken again")
+	_, err = s.Do("SET", key, "t-p")
+	require.NoError(t, err)
+	a, err = n.AcquireFair(ctx, key, fence, "t-z", time.Minute, node.Waiter{ID: "z", Ticket: 300, Lease: time.Minute})
+	require.NoError(t, err)
+	require.False(t, a.OK)
+	assert.Empty(t, published(), "held: no wake-up")
+	_, err = s.Do("DEL", key)
+	require.NoError(t, err)
+	require.NoError(t, n.LeaveQueue(ctx, key, "y"))
+	require.NoError(t, n.LeaveQueue(ctx, key, "z"))
 }

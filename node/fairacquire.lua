@@ -6,9 +6,12 @@
 -- (chosen by the waiter, the same on every node, so that every node orders the
 -- waiters alike), ARGV[5] lease in ms.
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
--- dropped first; the caller is (re)queued with its ticket and its lease
+-- dropped first; a caller that left already is refused and not queued again
+-- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
+-- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
 -- renewed; the SET NX is tried only if the caller is at the head, which leaves
--- the queue when it succeeds.
+-- the queue when it succeeds. A caller refused for not being at the head while
+-- the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0
 -- when it was granted, or is at the head and the lock is held).
@@ -19,16 +22,31 @@ for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[3], w)
   redis.call('ZREM', KEYS[4], w)
 end
+local f = redis.call('GET', KEYS[2])
+local present = 1
+if not f then f = '0'; present = 0 end
+if redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
+  -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
+  -- late attempt of a Lock call that is over. Queuing it again would leave a
+  -- head nobody serves until its lease ran out.
+  return {0, f, present, 0}
+end
 local lease = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
 redis.call('PEXPIRE', KEYS[3], 2 * lease)
 redis.call('PEXPIRE', KEYS[4], 2 * lease)
-local f = redis.call('GET', KEYS[2])
-local present = 1
-if not f then f = '0'; present = 0 end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
-if ahead > 0 then return {0, f, present, ahead} end
+if ahead > 0 then
+  -- Not the caller's turn. If the lock is free here, the head may have missed
+  -- its wake-up (it was queued here after the release that should have woken
+  -- it): wake it again, as fairrelease.lua does.
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+    redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
+  end
+  return {0, f, present, ahead}
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- Its turn is used: the next waiter is at the head as soon as the lock is
   -- released. Should the grant fail elsewhere, the waiter is queued again with

@@ -1,11 +1,22 @@
 -- Fair release: delete the lock key only if it still holds our owner token, and
 -- wake the waiter at the head of the queue only (see fairacquire.lua).
--- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters' leases; ARGV[1] owner token.
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters' leases; ARGV[1] owner token,
+-- ARGV[2] the id of the waiter the lock was granted to, or '': it leaves the
+-- queue first, in any case (this node may have refused it, and still have it
+-- queued, perhaps at the head), as fairleave.lua has it leave.
 -- Returns 1 if deleted, 0 otherwise.
 -- When the key is free afterwards, waiters whose lease ran out are dropped and
 -- the head is told on its own channel (lock key .. ':w:' .. waiter id, where
 -- an id "group/rest" is told on its group's); with nobody queued, on the lock
 -- key's channel, as release.lua does.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZADD', KEYS[3], now + 5000, '-' .. ARGV[2])
+  if redis.call('PTTL', KEYS[3]) < 5000 then redis.call('PEXPIRE', KEYS[3], 5000) end
+end
 local held = redis.call('GET', KEYS[1])
 local deleted = 0
 if held == ARGV[1] then
@@ -14,8 +25,6 @@ if held == ARGV[1] then
 elseif held then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
 for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[2], w)

@@ -433,9 +433,16 @@ func TestAttemptOutlivingItsLease(t *testing.T) {
 	servers[2].Pause()
 	defer servers[1].Resume()
 	defer servers[2].Resume()
+	start := time.Now()
 	_, err := c.TryLock(ctxT(t, time.Minute), "outlived")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
-	assert.Contains(t, err.Error(), "before the lease would have run out")
+	assert.Less(t, time.Since(start), 30*time.Second, "it gave up at the lease, not at the node timeout")
+	// The wait for a majority ends at TTL − drift, 4 ms before the node calls
+	// (bounded by the TTL) fail: usually it is what ends the attempt, but on a
+	// loaded machine the failed calls may be counted first.
+	if !strings.Contains(err.Error(), "before the lease would have run out") {
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "%v", err)
+	}
 	require.Eventually(t, func() bool { return len(servers[0].Keys("redlock:*")) == 0 },
 		10*time.Second, 5*time.Millisecond, "the partial acquisition is released")
 }

@@ -54,6 +54,7 @@ type pace struct {
 	quiet int  // backoffs in a row that no release notification cut short
 	lost  int  // failed or dropped gated attempts: the older the waiter, the sooner it goes
 	soon  bool // fair mode: the last attempt was granted by some nodes only
+	soons int  // fair mode: attempts in a row granted by some nodes only
 	// behind: fair mode, the last attempt was refused by a majority with
 	// other waiters queued first (place.ahead)
 	behind bool
@@ -63,8 +64,13 @@ type pace struct {
 
 // fairRetry is how soon a fair waiter whose attempt some nodes granted tries
 // again: the others were most likely still receiving the previous holder's
-// release, and the releases that would wake it have been sent already.
-const fairRetry = time.Millisecond
+// release, and the releases that would wake it have been sent already. After
+// fairSoonMax such retries in a row, the nodes disagree for another reason
+// (a head that is not trying): the waiter backs off as usual.
+const (
+	fairRetry   = time.Millisecond
+	fairSoonMax = 3
+)
 
 // backoff is the wait before the retry after attempt.
 func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
@@ -103,7 +109,11 @@ func (p *pace) farBehind(w *place) bool { return p.fair && w != nil && w.ahead >
 
 // failed records a failed attempt on resource.
 func (p *pace) failed(c *Client, resource string, qe *QuorumError, w *place) {
-	p.soon = p.fair && qe.Agreed > 0
+	p.soons++
+	if !p.fair || qe.Agreed == 0 {
+		p.soons = 0
+	}
+	p.soon = p.soons > 0 && p.soons <= fairSoonMax
 	p.behind = p.fair && !p.soon && w != nil && w.ahead > 0
 	if qe.Refused > 0 {
 		c.sawContention(resource)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -16,9 +17,9 @@ import (
 // key (node.Queuer). A node grants the lock only to the head of its queue, so
 // that all nodes, ordering waiters by the same tickets, grant it to the same
 // waiter: no split votes and no barging. A waiter renews its place with every
-// attempt; it leaves the queue of a node that grants it the lock, and the
-// other queues when Lock returns; one that crashed is dropped once its lease
-// (fairLease) runs out.
+// attempt; it stays queued (at the head) while it holds the lock, and leaves
+// every queue when it releases it (or when Lock gives up); one that crashed is
+// dropped once its lease (fairLease) runs out.
 
 // fairLeaseMin is the least time a node keeps a silent waiter queued.
 const fairLeaseMin = 2 * time.Second
@@ -46,6 +47,9 @@ type place struct {
 	// many): the next releases will wake them, not this one, which can wait
 	// for its own wake-up rather than poll (see pace.backoff).
 	ahead int
+	// over is set when the Lock call returns: from then on a node that
+	// refuses one of its attempts (a straggler) is told to drop it (leaveOn).
+	over atomic.Bool
 }
 
 // newWaiterGroup returns a random name for a client's waiters.
@@ -85,33 +89,48 @@ func queuedAhead(replies []quorum.Reply[node.Acquired], need int) int {
 	return ahead[len(ahead)-need]
 }
 
-// leaveQueue removes waiter id from key's queue on every node, in the
-// background (a waiter that cannot be removed is dropped when its lease runs
-// out); granted is the lock the waiter got, if it did: the nodes that granted
-// it have dequeued it already, and those that refused it do so when the lock
-// is released (ReleaseFair), before they wake the next waiter; until then
-// nobody else can take the lock anyway.
-func (c *Client) leaveQueue(key, id string, granted *Lock) {
+// leaveQueue ends waiter w's Lock call on key. Granted, it leaves the queues
+// as it goes: the nodes that answered before Lock returned, granting or
+// refusing, keep it queued (at the head where they granted) until the lock is
+// released (ReleaseFair takes it out before waking the next waiter; until
+// then nobody else can take the lock anyway); those that refuse it later are
+// told by the attempt's round (leaveLate), and those that grant it after the
+// release are released with it (undoStraggler). Otherwise it leaves every
+// node's queue now, in the background (a waiter that cannot be removed is
+// dropped when its lease runs out).
+func (c *Client) leaveQueue(key string, w *place, granted bool) {
+	w.over.Store(true)
+	if granted {
+		return
+	}
 	end, err := c.begin()
 	if err != nil {
 		return
 	}
 	defer end()
-	var replies []quorum.Reply[node.Acquired]
-	if granted != nil {
-		replies = granted.acquire.Replies()
+	for i := range c.nodes {
+		c.spawn(func() { c.leaveOn(i, key, w.ID) })
 	}
-	for i, n := range c.nodes {
-		q, ok := n.(node.Queuer)
-		if !ok || (replies != nil && replies[i].Done) {
-			continue
-		}
-		c.spawn(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
-			defer cancel()
-			if err := q.LeaveQueue(ctx, key, id); err != nil {
-				c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", n.Name(), "err", err)
-			}
-		})
+}
+
+// leaveOn removes waiter id from key's queue on node i, if the node keeps one.
+func (c *Client) leaveOn(i int, key, id string) {
+	q, ok := c.nodes[i].(node.Queuer)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	defer cancel()
+	if err := q.LeaveQueue(ctx, key, id); err != nil {
+		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)
+	}
+}
+
+// leaveLate is an acquisition round's reply hook in fair mode: a node that
+// refuses waiter w once its Lock call is over has it queued, and is told to
+// drop it.
+func (c *Client) leaveLate(key string, w *place, i int, r quorum.Reply[node.Acquired]) {
+	if r.Done && r.Err == nil && !r.OK && w.over.Load() {
+		c.spawn(func() { c.leaveOn(i, key, w.ID) })
 	}
 }

@@ -74,8 +74,10 @@ func fairWaiters(t *testing.T, dial func(...redlock.Option) *redlock.Client, res
 
 // In fair mode a waiter with others queued before it waits for the release
 // that wakes it rather than poll: over a long hold it attempts only to renew
-// its place, while the head of the queue backs off as in the default mode.
-// The order is still first come, first served.
+// its place, while the head of the queue backs off as in the default mode
+// (here the holder is not a fair client; a fair holder stays at the head of
+// the queue until its release, and then even the next in line waits). The
+// order is still first come, first served.
 func TestFairWaitersBehindDoNotPoll(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 30*time.Second)
@@ -86,7 +88,10 @@ func TestFairWaitersBehindDoNotPoll(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	held, err := dial().Lock(ctx, "nopoll")
+	plain, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer plain.Close()
+	held, err := plain.Lock(ctx, "nopoll")
 	require.NoError(t, err)
 	const waiters = 3
 	var attempts [waiters]atomic.Int64
@@ -153,6 +158,28 @@ func TestFairWakeUpSubscriptionLingers(t *testing.T) {
 	assert.LessOrEqual(t, subscribes, int64(4), "%d SUBSCRIBE calls for %d waits", subscribes, 2*rounds)
 }
 
+// A node that answers a fair Lock call after it returned, refusing it, had
+// queued the waiter: it is told to drop it, so that it does not stand at the
+// head of that queue, unserved, until its lease runs out.
+func TestFairLateRefusalLeavesTheQueue(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithFair(), redlock.WithNodeTimeout(time.Minute))
+	require.NoError(t, err)
+	_, err = servers[2].Do("SET", "redlock:{late}", "foreign", "PX", 60000) // it will refuse
+	require.NoError(t, err)
+	servers[2].Pause()
+	l, err := c.Lock(ctx, "late")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	servers[2].Resume() // the attempt lands now, and is refused
+	require.NoError(t, c.Close())
+	q, _ := node.QueueKeys("redlock:{late}")
+	for _, s := range servers {
+		assert.Empty(t, s.Keys(q), "a waiter left queued on %s", s.Addr())
+	}
+}
+
 // A waiter that crashed at the head of the queue blocks the others only
 // until its lease runs out.
 func TestFairCrashedWaiter(t *testing.T) {
@@ -170,7 +197,7 @@ func TestFairCrashedWaiter(t *testing.T) {
 		a, err = n.AcquireFair(ctx, key, fence, "ghost-token", time.Minute, ghost)
 		require.NoError(t, err)
 		require.False(t, a.OK)
-		_, err = n.Release(ctx, key, "holder-token", false)
+		_, err = n.ReleaseFair(ctx, key, "holder-token", holder.ID)
 		require.NoError(t, err)
 		require.NoError(t, n.Close())
 	}

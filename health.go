@@ -178,7 +178,7 @@ func (c *Client) probe(i int) {
 	pending, dropped := b.closeAndTake()
 	c.logNode(slog.LevelInfo, "node answers again", i, "pending_releases", len(pending), "dropped_releases", dropped)
 	for k, notify := range pending {
-		c.releaseNow(i, k.key, k.token, notify)
+		c.releaseNow(i, k.key, k.token, "", notify)
 	}
 }
 

@@ -97,9 +97,14 @@ func (l *Lock) observe(i int, a node.Acquired, err error) (node.Acquired, bool, 
 // release notifies waiters, who may be listening only on that node. Before (an
 // attempt that failed), the lock is held elsewhere and nobody is told, unless
 // the attempt announced a grant: waiters that dropped their attempts because
-// of it are woken again.
+// of it are woken again. In fair mode the released holder's waiter leaves
+// that node's queue too, while a failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
-	l.c.releaseDetached(i, l.key, l.token, l.isReleased() || l.announced.Load())
+	if l.isReleased() { // in fair mode, the holder's waiter leaves that node's queue too
+		l.c.releaseDetached(i, l.key, l.token, l.waiter, true)
+		return
+	}
+	l.c.releaseDetached(i, l.key, l.token, "", l.announced.Load())
 }
 
 // granted records a successful acquisition.

@@ -229,7 +229,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	}
 	lc.waiter = c.newWaiter(lc)
 	l, err := c.lockWait(ctx, resource, lc)
-	c.leaveQueue(c.lockKey(resource), lc.waiter.ID, l)
+	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err
 }
 
@@ -330,7 +330,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	}
 	lc.waiter = c.newWaiter(lc)
 	l, err := c.try(ctx, resource, lc, false)
-	c.leaveQueue(c.lockKey(resource), lc.waiter.ID, l)
+	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err
 }
 
@@ -400,6 +400,11 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	case lc.waiter != nil:
 		rd.call = l.acquireFairOn(lc.waiter.Waiter)
 		l.waiter = lc.waiter.ID
+		w := lc.waiter
+		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
+			split.observe(j, r)
+			c.leaveLate(l.key, w, j, r)
+		}
 	case gated && len(c.nodes) >= 3:
 		rd.call = c.gated(l.key, l.acquireOn, l.announceOn)
 	case gated:
@@ -464,19 +469,19 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 // node timeout: cleanup that the caller's cancellation cannot cut short. For a
 // node whose breaker is open, the release waits (bounded, deduplicated) until
 // the node answers again.
-func (c *Client) releaseDetached(i int, key, token string, notify bool) {
+func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) {
 	if b := c.breakers[i]; b != nil && b.deferRelease(key, token, notify) {
-		return
+		return // a waiter still queued there is dropped when its lease runs out
 	}
-	c.releaseNow(i, key, token, notify)
+	c.releaseNow(i, key, token, waiter, notify)
 }
 
 // releaseNow sends a cleanup release to node i through its breaker.
-func (c *Client) releaseNow(i int, key, token string, notify bool) {
+func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
-		ok, err := c.releaseOn(ctx, n, key, token, "", notify)
+		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)
 		return ok, ok, err
 	})
 	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {

@@ -41,8 +41,9 @@ type Waiter struct {
 type Queuer interface {
 	// AcquireFair queues w (or renews its lease), drops waiters whose lease
 	// ran out, and takes the lock as Acquire does only if w is at the head of
-	// the queue; w then leaves the queue (queued again, in the same place, by
-	// its next AcquireFair).
+	// the queue; w stays at the head until ReleaseFair or LeaveQueue takes it
+	// out. A waiter that left cannot queue again for a few seconds: its late
+	// attempts are refused.
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
 	// LeaveQueue removes the waiter id from key's queue.
 	LeaveQueue(ctx context.Context, key, id string) error

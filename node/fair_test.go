@@ -24,80 +24,72 @@ func TestFairQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const key, fence = "redlock:{q}", "redlock:{q}:fence"
-	late := node.Waiter{ID: "late", Ticket: 200, Lease: time.Minute}
-	early := node.Waiter{ID: "early", Ticket: 100, Lease: time.Minute}
-	crashed := node.Waiter{ID: "crashed", Ticket: 50, Lease: 50 * time.Millisecond}
-
+	waiter := func(id string, ticket int64) node.Waiter {
+		return node.Waiter{ID: id, Ticket: ticket, Lease: time.Minute}
+	}
 	q, qx := node.QueueKeys(key)
 	queued := func() []string {
 		members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
 		require.NoError(t, err)
 		return members
 	}
-	a, err := n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-	require.NoError(t, err)
-	require.True(t, a.OK, "alone in the queue: its turn")
-	assert.Empty(t, queued(), "a granted waiter leaves the queue")
-	_, err = n.Release(ctx, key, "t-late", false)
-	require.NoError(t, err)
+	acquire := func(token string, w node.Waiter) node.Acquired {
+		a, err := n.AcquireFair(ctx, key, fence, token, time.Minute, w)
+		require.NoError(t, err)
+		return a
+	}
+	release := func(token, id string) {
+		ok, err := n.ReleaseFair(ctx, key, token, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
 
-	// early and late both queued, late first: early has the lower ticket.
-	a, err = n.AcquireFair(ctx, key, fence, "t-early", time.Minute, early)
-	require.NoError(t, err)
+	// Alone in the queue: its turn. The holder stays at the head until its
+	// release takes it out.
+	a := acquire("t-first", waiter("first", 200))
 	require.True(t, a.OK)
 	assert.Zero(t, a.Ahead, "a grant has nobody ahead")
-	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-	require.NoError(t, err)
+	assert.Equal(t, []string{"first"}, queued(), "the holder stays at the head")
+	release("t-first", "first")
+	assert.Empty(t, queued(), "its release takes it out")
+
+	// early and late both queued, late first: early has the lower ticket.
+	require.True(t, acquire("t-holder", waiter("holder", 10)).OK)
+	late, early := waiter("late", 200), waiter("early", 100)
+	a = acquire("t-late", late)
 	require.False(t, a.OK, "held")
-	assert.Zero(t, a.Ahead, "at the head, the lock held")
-	a, err = n.AcquireFair(ctx, key, fence, "t-early2", time.Minute, early)
-	require.NoError(t, err)
+	assert.Equal(t, 1, a.Ahead, "the holder is ahead")
+	a = acquire("t-early", early)
 	require.False(t, a.OK, "held")
-	assert.Zero(t, a.Ahead, "the lower ticket goes to the head")
-	_, err = n.Release(ctx, key, "t-early", false)
-	require.NoError(t, err)
-	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-	require.NoError(t, err)
+	assert.Equal(t, 1, a.Ahead, "the lower ticket goes before late")
+	release("t-holder", "holder")
+	a = acquire("t-late", late)
 	require.False(t, a.OK, "early is queued ahead, though it came after")
 	assert.Equal(t, 1, a.Ahead, "early is ahead")
 	require.NoError(t, n.LeaveQueue(ctx, key, early.ID))
 	// An attempt of early that reaches the node after its leave (sent before
 	// it, on another connection) is refused, and does not queue it again.
-	a, err = n.AcquireFair(ctx, key, fence, "t-early3", time.Minute, early)
-	require.NoError(t, err)
-	require.False(t, a.OK, "early left: a late attempt")
+	require.False(t, acquire("t-early2", early).OK, "early left: a late attempt")
 	assert.NotContains(t, queued(), early.ID)
-	a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-	require.NoError(t, err)
-	require.True(t, a.OK, "early left")
-	_, err = n.Release(ctx, key, "t-late", false)
-	require.NoError(t, err)
+	require.True(t, acquire("t-late", late).OK, "early left")
+	release("t-late", "late")
 
 	// crashed queues (the lock is held), then never comes back: once the lock
-	// is free, late waits until crashed's lease runs out.
-	early = node.Waiter{ID: "early-again", Ticket: 100, Lease: time.Minute}
-	a, err = n.AcquireFair(ctx, key, fence, "t-early", time.Minute, early)
-	require.NoError(t, err)
-	require.True(t, a.OK)
-	a, err = n.AcquireFair(ctx, key, fence, "t-crashed", time.Minute, crashed)
-	require.NoError(t, err)
-	require.False(t, a.OK)
-	_, err = n.Release(ctx, key, "t-early", false)
-	require.NoError(t, err)
-	for {
-		a, err = n.AcquireFair(ctx, key, fence, "t-late", time.Minute, late)
-		require.NoError(t, err)
-		if a.OK {
-			break
-		}
+	// is free, the next waiter waits until crashed's lease runs out.
+	require.True(t, acquire("t-holder2", waiter("holder2", 10)).OK)
+	crashed := node.Waiter{ID: "crashed", Ticket: 50, Lease: 50 * time.Millisecond}
+	require.False(t, acquire("t-crashed", crashed).OK)
+	release("t-holder2", "holder2")
+	next := waiter("next", 200)
+	for !acquire("t-next", next).OK {
 		select {
 		case <-ctx.Done():
 			t.Fatal("the crashed waiter's lease never ran out")
 		case <-time.After(10 * time.Millisecond): // polling, as a waiter does
 		}
 	}
-	assert.Empty(t, queued())
-	require.NoError(t, n.LeaveQueue(ctx, key, late.ID))
+	assert.Equal(t, []string{"next"}, queued())
+	release("t-next", "next")
 	n0, err := redis.Int64(s.Do("EXISTS", q))
 	require.NoError(t, err)
 	assert.Zero(t, n0, "an empty queue is gone")
@@ -156,17 +148,17 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "not the owner")
 	assert.Empty(t, published(), "nothing released, nobody woken")
-	ok, err = n.ReleaseFair(ctx, key, "t-holder", "")
+	ok, err = n.ReleaseFair(ctx, key, "t-holder", "holder")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published())
+	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published(), "the holder left the head")
 
 	// A waiter named group/rest is told on its group's channel.
 	require.NoError(t, n.LeaveQueue(ctx, key, "b"))
 	a, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/1", Ticket: 5, Lease: time.Minute})
 	require.NoError(t, err)
 	require.True(t, a.OK)
-	ok, err = n.ReleaseFair(ctx, key, "t-g", "")
+	ok, err = n.ReleaseFair(ctx, key, "t-g", "g/1")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, []string{node.WaiterChannel(key, "c")}, published())
@@ -174,7 +166,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/2", Ticket: 6, Lease: time.Minute})
 	require.NoError(t, err)
-	ok, err = n.ReleaseFair(ctx, key, "t-c", "")
+	ok, err = n.ReleaseFair(ctx, key, "t-c", "c")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Equal(t, []string{key + ":w:g"}, published())

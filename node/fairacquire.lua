@@ -9,9 +9,9 @@
 -- dropped first; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
 -- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
--- renewed; the SET NX is tried only if the caller is at the head, which leaves
--- the queue when it succeeds. A caller refused for not being at the head while
--- the lock is free wakes the head.
+-- renewed; the SET NX is tried only if the caller is at the head, which stays
+-- there until it releases the lock or leaves. A caller refused for not being at
+-- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0
 -- when it was granted, or is at the head and the lock is held).
@@ -48,11 +48,10 @@ if ahead > 0 then
   return {0, f, present, ahead}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  -- Its turn is used: the next waiter is at the head as soon as the lock is
-  -- released. Should the grant fail elsewhere, the waiter is queued again with
-  -- the same ticket, in the same place.
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
+  -- The holder stays at the head until its release takes it out of the queue
+  -- (fairrelease.lua) and wakes the next waiter: should the grant fail
+  -- elsewhere, its undo leaves it in its place, so that every node keeps the
+  -- same order.
   return {1, f, present, 0}
 end
 return {0, f, present, 0}

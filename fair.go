@@ -48,7 +48,7 @@ type place struct {
 	// for its own wake-up rather than poll (see pace.backoff).
 	ahead int
 	// over is set when the Lock call returns: from then on a node that
-	// refuses one of its attempts (a straggler) is told to drop it (leaveOn).
+	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
 	over atomic.Bool
 }
 

@@ -111,14 +111,16 @@ type releaseWatch struct {
 // a waiter woken by a release that learns, before it sends its attempt, that
 // another client's waiter took the lock, drops the attempt (see stagger).
 //
-// In fair mode (w not nil) it listens on w's own channel: a release wakes the
-// head of the queue only.
+// In fair mode (w not nil) it listens on w's own channel, on every node: a
+// release wakes the head of each node's queue only, every node orders the
+// queue alike, and so a node that is down, paused or slow (the gate of the
+// default mode) cannot make a waiter miss its turn.
 func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
 	nodes := c.nodes
-	if len(nodes) >= 3 {
+	if len(nodes) >= 3 && w == nil {
 		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
 	}
 	channel := key

@@ -100,7 +100,7 @@ func (l *Lock) observe(i int, a node.Acquired, err error) (node.Acquired, bool, 
 // of it are woken again. In fair mode the released holder's waiter leaves
 // that node's queue too, while a failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
-	if l.isReleased() { // in fair mode, the holder's waiter leaves that node's queue too
+	if l.isReleased() {
 		l.c.releaseDetached(i, l.key, l.token, l.waiter, true)
 		return
 	}

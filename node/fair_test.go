@@ -11,38 +11,50 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock/node"
-	"github.com/redlock-go/redlock/redistest"
 )
+
+// fairQueue drives the waiters' queue of one key on one node.
+type fairQueue struct {
+	t          *testing.T
+	n          *node.Redis
+	ctx        context.Context
+	key, fence string
+}
+
+// waiter is a waiter leased for a minute.
+func waiter(id string, ticket int64) node.Waiter {
+	return node.Waiter{ID: id, Ticket: ticket, Lease: time.Minute}
+}
+
+// acquire is AcquireFair with a TTL of a minute; it must not fail.
+func (f fairQueue) acquire(token string, w node.Waiter) node.Acquired {
+	f.t.Helper()
+	a, err := f.n.AcquireFair(f.ctx, f.key, f.fence, token, time.Minute, w)
+	require.NoError(f.t, err)
+	return a
+}
+
+// release is ReleaseFair; it must not fail.
+func (f fairQueue) release(token, waiter string) bool {
+	f.t.Helper()
+	ok, err := f.n.ReleaseFair(f.ctx, f.key, token, waiter)
+	require.NoError(f.t, err)
+	return ok
+}
 
 // The waiters' queue serves the lowest ticket first, whatever the order of
 // arrival; a waiter that leaves, or whose lease runs out, gives its turn.
 func TestFairQueue(t *testing.T) {
-	s := redistest.Start(t)
-	n, err := node.Dial(s.URL())
-	require.NoError(t, err)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	s, n, ctx := dialed(t, 10*time.Second)
 	const key, fence = "redlock:{q}", "redlock:{q}:fence"
-	waiter := func(id string, ticket int64) node.Waiter {
-		return node.Waiter{ID: id, Ticket: ticket, Lease: time.Minute}
-	}
 	q, qx := node.QueueKeys(key)
 	queued := func() []string {
 		members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
 		require.NoError(t, err)
 		return members
 	}
-	acquire := func(token string, w node.Waiter) node.Acquired {
-		a, err := n.AcquireFair(ctx, key, fence, token, time.Minute, w)
-		require.NoError(t, err)
-		return a
-	}
-	release := func(token, id string) {
-		ok, err := n.ReleaseFair(ctx, key, token, id)
-		require.NoError(t, err)
-		require.True(t, ok)
-	}
+	f := fairQueue{t, n, ctx, key, fence}
+	acquire, release := f.acquire, func(token, id string) { require.True(t, f.release(token, id)) }
 
 	// Alone in the queue: its turn. The holder stays at the head until its
 	// release takes it out.
@@ -106,12 +118,7 @@ func TestFairQueue(t *testing.T) {
 // A fair release wakes the head of the queue only, on its own channel; with
 // nobody queued, the key's watchers.
 func TestFairReleaseWakesTheHead(t *testing.T) {
-	s := redistest.Start(t)
-	n, err := node.Dial(s.URL())
-	require.NoError(t, err)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	s, n, ctx := dialed(t, 10*time.Second)
 	const key, fence = "redlock:{h}", "redlock:{h}:fence"
 
 	sub, err := s.Dial()
@@ -135,48 +142,33 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 		}
 	}
 
-	holder := node.Waiter{ID: "holder", Ticket: 1, Lease: time.Minute}
-	a, err := n.AcquireFair(ctx, key, fence, "t-holder", time.Minute, holder)
-	require.NoError(t, err)
+	f := fairQueue{t, n, ctx, key, fence}
+	a := f.acquire("t-holder", waiter("holder", 1))
 	require.True(t, a.OK)
 	for i, id := range []string{"c", "b"} { // b has the lower ticket
-		a, err = n.AcquireFair(ctx, key, fence, "t-"+id, time.Minute, node.Waiter{ID: id, Ticket: int64(30 - 10*i), Lease: time.Minute})
-		require.NoError(t, err)
+		a = f.acquire("t-"+id, waiter(id, int64(30-10*i)))
 		require.False(t, a.OK)
 	}
-	ok, err = n.ReleaseFair(ctx, key, "t-other", "")
-	require.NoError(t, err)
-	assert.False(t, ok, "not the owner")
+	assert.False(t, f.release("t-other", ""), "not the owner")
 	assert.Empty(t, published(), "nothing released, nobody woken")
-	ok, err = n.ReleaseFair(ctx, key, "t-holder", "holder")
-	require.NoError(t, err)
-	assert.True(t, ok)
+	assert.True(t, f.release("t-holder", "holder"))
 	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published(), "the holder left the head")
 
 	// A waiter named group/rest is told on its group's channel.
 	require.NoError(t, n.LeaveQueue(ctx, key, "b"))
-	a, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/1", Ticket: 5, Lease: time.Minute})
-	require.NoError(t, err)
+	a = f.acquire("t-g", waiter("g/1", 5))
 	require.True(t, a.OK)
-	ok, err = n.ReleaseFair(ctx, key, "t-g", "g/1")
-	require.NoError(t, err)
-	assert.True(t, ok)
+	assert.True(t, f.release("t-g", "g/1"))
 	assert.Equal(t, []string{node.WaiterChannel(key, "c")}, published())
-	_, err = n.AcquireFair(ctx, key, fence, "t-c", time.Minute, node.Waiter{ID: "c", Ticket: 30, Lease: time.Minute})
-	require.NoError(t, err)
-	_, err = n.AcquireFair(ctx, key, fence, "t-g", time.Minute, node.Waiter{ID: "g/2", Ticket: 6, Lease: time.Minute})
-	require.NoError(t, err)
-	ok, err = n.ReleaseFair(ctx, key, "t-c", "c")
-	require.NoError(t, err)
-	assert.True(t, ok)
+	f.acquire("t-c", waiter("c", 30))
+	f.acquire("t-g", waiter("g/2", 6))
+	assert.True(t, f.release("t-c", "c"))
 	assert.Equal(t, []string{key + ":w:g"}, published())
 	assert.Equal(t, key+":w:g", node.WaiterChannel(key, "g/2"))
 
 	require.NoError(t, n.LeaveQueue(ctx, key, "g/2"))
 	require.NoError(t, n.LeaveQueue(ctx, key, "c"))
-	ok, err = n.ReleaseFair(ctx, key, "t-holder", "")
-	require.NoError(t, err)
-	assert.False(t, ok)
+	assert.False(t, f.release("t-holder", ""))
 	assert.Equal(t, []string{key}, published(), "the key is free and nobody is queued")
 
 	// x got the lock elsewhere while this node, still held by p, refused it
@@ -185,30 +177,23 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	_, err = s.Do("SET", key, "t-p")
 	require.NoError(t, err)
 	for i, id := range []string{"x", "y"} {
-		a, err = n.AcquireFair(ctx, key, fence, "t-"+id, time.Minute, node.Waiter{ID: id, Ticket: int64(100 + i), Lease: time.Minute})
-		require.NoError(t, err)
+		a = f.acquire("t-"+id, waiter(id, int64(100+i)))
 		require.False(t, a.OK)
 	}
-	ok, err = n.ReleaseFair(ctx, key, "t-p", "")
-	require.NoError(t, err)
-	assert.True(t, ok)
+	assert.True(t, f.release("t-p", ""))
 	assert.Equal(t, []string{node.WaiterChannel(key, "x")}, published())
-	ok, err = n.ReleaseFair(ctx, key, "t-x", "x")
-	require.NoError(t, err)
-	assert.False(t, ok, "x held nothing here")
+	assert.False(t, f.release("t-x", "x"), "x held nothing here")
 	assert.Equal(t, []string{node.WaiterChannel(key, "y")}, published(), "x left the queue")
 
 	// y missed that wake-up: an attempt by a waiter behind it, the lock free,
 	// wakes it again. While the lock is held, such an attempt wakes nobody.
-	a, err = n.AcquireFair(ctx, key, fence, "t-z", time.Minute, node.Waiter{ID: "z", Ticket: 300, Lease: time.Minute})
-	require.NoError(t, err)
+	a = f.acquire("t-z", waiter("z", 300))
 	require.False(t, a.OK)
 	assert.Equal(t, 1, a.Ahead)
 	assert.Equal(t, []string{node.WaiterChannel(key, "y")}, published(), "the head woken again")
 	_, err = s.Do("SET", key, "t-p")
 	require.NoError(t, err)
-	a, err = n.AcquireFair(ctx, key, fence, "t-z", time.Minute, node.Waiter{ID: "z", Ticket: 300, Lease: time.Minute})
-	require.NoError(t, err)
+	a = f.acquire("t-z", waiter("z", 300))
 	require.False(t, a.OK)
 	assert.Empty(t, published(), "held: no wake-up")
 	_, err = s.Do("DEL", key)

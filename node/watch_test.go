@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,16 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock/node"
-	"github.com/redlock-go/redlock/redistest"
 )
 
 func TestWatch(t *testing.T) {
-	s := redistest.Start(t)
-	n, err := node.Dial(s.URL())
-	require.NoError(t, err)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	s, n, ctx := dialed(t, 20*time.Second)
 
 	ch, stop, err := n.Watch(ctx, "k")
 	require.NoError(t, err, "subscription confirmed")
@@ -73,12 +66,7 @@ func TestWatch(t *testing.T) {
 // TakenChannel, once; a plain Acquire and a refused announced one publish
 // nothing.
 func TestAcquireAnnounced(t *testing.T) {
-	s := redistest.Start(t)
-	n, err := node.Dial(s.URL())
-	require.NoError(t, err)
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	s, n, ctx := dialed(t, 10*time.Second)
 
 	c, err := redis.Dial("tcp", s.Addr())
 	require.NoError(t, err)

@@ -76,18 +76,11 @@ func (rep *Report) Targets() []Target {
 		}
 		out = append(out, t)
 	}
-	t := Target{Name: "throughput with 32 goroutines ≥ 2× go-redsync, N=5"}
-	a, ok1 := rep.Find(ScenarioThroughput, LibRedlock, 5)
-	b, ok2 := rep.Find(ScenarioThroughput, LibRedsync, 5)
-	if ok1 && ok2 && b.OpsPerSec > 0 {
-		ratio := a.OpsPerSec / b.OpsPerSec
-		t.Known, t.Met = true, ratio >= 2
-		t.Measured = fmt.Sprintf("%s vs %s ops/s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), ratio)
-	}
-	out = append(out, t)
-	t = Target{Name: "1 of 5 nodes paused: p50 < 1.5× healthy N=5"}
-	a, ok1 = rep.Find(ScenarioPaused, LibRedlock, 5)
-	b, ok2 = rep.Find(ScenarioHealthyRef, LibRedlock, 5)
+	out = append(out, rep.rateTarget("throughput with 32 goroutines ≥ 2× go-redsync, N=5", 2, "ops/s",
+		ScenarioThroughput, LibRedlock, ScenarioThroughput, LibRedsync, 5))
+	t := Target{Name: "1 of 5 nodes paused: p50 < 1.5× healthy N=5"}
+	a, ok1 := rep.Find(ScenarioPaused, LibRedlock, 5)
+	b, ok2 := rep.Find(ScenarioHealthyRef, LibRedlock, 5)
 	if !ok2 {
 		b, ok2 = rep.Find(ScenarioSequential, LibRedlock, 5)
 	}
@@ -126,15 +119,23 @@ func (rep *Report) clientTargets() []Target {
 	} {
 		out = append(out, rep.contentionTargets(m.lib, m.label, m.fairness)...)
 	}
-	t := Target{Name: "separate clients, 1 of 3 nodes paused: acquisitions/s ≥ 0.7× healthy"}
-	a, ok1 := rep.Find(ScenarioClientsPaused, LibRedlock, 3)
-	b, ok2 := rep.Find(ScenarioClientsHealthy, LibRedlock, 3)
+	return append(out, rep.rateTarget("separate clients, 1 of 3 nodes paused: acquisitions/s ≥ 0.7× healthy", 0.7, "acq/s",
+		ScenarioClientsPaused, LibRedlock, ScenarioClientsHealthy, LibRedlock, 3))
+}
+
+// rateTarget compares the rate of libA's scenarioA with libB's scenarioB at
+// N=n: the target is met when the ratio is at least least; unit names the
+// rate in the measured text.
+func (rep *Report) rateTarget(name string, least float64, unit, scenarioA, libA, scenarioB, libB string, n int) Target {
+	t := Target{Name: name}
+	a, ok1 := rep.Find(scenarioA, libA, n)
+	b, ok2 := rep.Find(scenarioB, libB, n)
 	if ok1 && ok2 && b.OpsPerSec > 0 {
 		r := a.OpsPerSec / b.OpsPerSec
-		t.Known, t.Met = true, r >= 0.7
-		t.Measured = fmt.Sprintf("%s vs %s acq/s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), r)
+		t.Known, t.Met = true, r >= least
+		t.Measured = fmt.Sprintf("%s vs %s %s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), unit, r)
 	}
-	return append(out, t)
+	return t
 }
 
 // contentionTargets evaluates the separate-clients targets on lib's results,
@@ -142,15 +143,8 @@ func (rep *Report) clientTargets() []Target {
 func (rep *Report) contentionTargets(lib, label string, fairness float64) []Target {
 	var out []Target
 	for _, n := range []int{3, 5} {
-		t := Target{Name: fmt.Sprintf("%s: acquisitions/s ≥ 1.5× go-redsync, N=%d", label, n)}
-		a, ok1 := rep.Find(ScenarioClients, lib, n)
-		b, ok2 := rep.Find(ScenarioClients, LibRedsync, n)
-		if ok1 && ok2 && b.OpsPerSec > 0 {
-			r := a.OpsPerSec / b.OpsPerSec
-			t.Known, t.Met = true, r >= 1.5
-			t.Measured = fmt.Sprintf("%s vs %s acq/s (%.2f×)", opsS(a.OpsPerSec), opsS(b.OpsPerSec), r)
-		}
-		out = append(out, t)
+		out = append(out, rep.rateTarget(fmt.Sprintf("%s: acquisitions/s ≥ 1.5× go-redsync, N=%d", label, n), 1.5, "acq/s",
+			ScenarioClients, lib, ScenarioClients, LibRedsync, n))
 	}
 	for _, n := range []int{1, 3, 5} {
 		a, ok := rep.Find(ScenarioClients, lib, n)

@@ -101,18 +101,48 @@ func TestKeepContextInvalid(t *testing.T) {
 
 // fakeCluster is a client on real nodes whose clock is fake, so that a test
 // can make a lease run out at a chosen moment.
-func fakeCluster(t *testing.T, n int, opts ...redlock.Option) (*redlock.Client, *clock.Fake, *atomic.Int64) {
+func fakeCluster(t *testing.T, n int, opts ...redlock.Option) (*redlock.Client, *clock.Fake, *replyCount) {
 	t.Helper()
 	servers := redistest.StartN(t, n)
 	fake := clock.NewFake(time.Now())
-	sent := new(atomic.Int64)
+	sent := &replyCount{more: make(chan struct{}, 1)}
 	opts = append([]redlock.Option{redlock.WithClock(fake), redlock.WithHooks(redlock.Hooks{
-		OnNodeReply: func(redlock.NodeReplyEvent) { sent.Add(1) },
+		OnNodeReply: func(redlock.NodeReplyEvent) { sent.add() },
 	})}, opts...)
 	c, err := redlock.Dial(redistest.URLs(servers), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c, fake, sent
+}
+
+// replyCount counts node replies, and lets a test wait for a count without
+// polling: a lock call returns at its majority, the other replies come later.
+type replyCount struct {
+	n    atomic.Int64
+	more chan struct{} // signalled after each reply
+}
+
+func (r *replyCount) add() {
+	r.n.Add(1)
+	select {
+	case r.more <- struct{}{}:
+	default: // a signal is pending: the waiter re-reads n
+	}
+}
+
+func (r *replyCount) Load() int64 { return r.n.Load() }
+
+// wait returns once at least n replies have come.
+func (r *replyCount) wait(t *testing.T, n int64) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for r.n.Load() < n {
+		select {
+		case <-r.more:
+		case <-timeout:
+			require.FailNowf(t, "replies", "%d of %d node replies after 10s", r.n.Load(), n)
+		}
+	}
 }
 
 // Past Until, Extend reports the lock lost without sending anything: a key
@@ -122,6 +152,7 @@ func TestExtendAfterUntil(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	l, err := c.TryLock(ctx, "r")
 	require.NoError(t, err)
+	sent.wait(t, 3)           // TryLock returned at its majority: the last reply may still come
 	fake.Advance(time.Second) // the keys are still on the nodes (real time did not pass)
 	before := sent.Load()
 	err = l.Extend(ctx)

@@ -13,14 +13,20 @@ import (
 	"github.com/redlock-go/redlock/quorum"
 )
 
-// Contention between clients. A release wakes the waiters of every client at
-// once (pub/sub reaches them all); if each then sent its SET to every node,
-// the nodes would pick different winners, nobody would reach a majority, and
-// all would release and retry: a herd that splits the votes. Instead, an
-// attempt made because of another client's release is gated: it asks one
-// node first, the gate, the same for every client (a hash of the key, skipping
-// nodes this client saw fail), and asks the others only once the gate said
-// yes. Exactly one waiter passes the gate; the others cost one command and go
+// Contention between clients. If a release woke the waiters of every client
+// at once and each then sent its SET to every node, the nodes would pick
+// different winners, nobody would reach a majority, and all would release and
+// retry: a herd that splits the votes.
+//
+// On nodes with wake queues (node.WakeQueuer: every node this package dials)
+// a waiter queues with a ticket on every node once refused, and a release
+// wakes the first waiter only, reserving the lock for it for wokenReserve
+// (fair.go, node/wakequeue.lua): one waiter tries per release.
+//
+// On other nodes (the adapter modules'), an attempt made because of another
+// client's release is gated: it asks one node first, the gate, the same for
+// every client (a hash of the key, skipping nodes this client saw fail), and
+// asks the others only once the gate said yes. Exactly one waiter passes the gate; the others cost one command and go
 // back to waiting. Safety is untouched: a grant is still SET NX on a majority
 // within the validity, measured from the start of the attempt.
 //
@@ -49,18 +55,22 @@ const (
 
 // pace is how a waiting Lock call makes its attempts.
 type pace struct {
-	fair  bool // fair mode: the nodes' queues order the waiters, no gate
-	gated bool // the next attempt asks the gate first
-	quiet int  // backoffs in a row that no release notification cut short
-	lost  int  // failed or dropped gated attempts: the older the waiter, the sooner it goes
-	soon  bool // fair mode: the last attempt was granted by some nodes only
-	soons int  // fair mode: attempts in a row granted by some nodes only
-	// behind: fair mode, the last attempt was refused by a majority with
+	queued bool // the nodes' queues wake this waiter (fair mode, or the default mode's wake queue): no gate
+	gated  bool // the next attempt asks the gate first
+	quiet  int  // backoffs in a row that no release notification cut short
+	lost   int  // failed or dropped gated attempts: the older the waiter, the sooner it goes
+	soon   bool // queued: the last attempt was granted by some nodes only
+	soons  int  // queued: attempts in a row granted by some nodes only
+	// behind: queued, the last attempt was refused by a majority with
 	// other waiters queued first (place.ahead)
 	behind bool
 	skip   bool // the next attempt is dropped: another client's waiter took the lock
 	yield  bool // the first wait lets other clients' waiters go first (yieldFirst)
 }
+
+// gatherMax bounds how long a woken fair or queued waiter waits for a
+// majority of the nodes to notify the release (releaseWatch.gather).
+const gatherMax = time.Millisecond
 
 // fairRetry is how soon a fair waiter whose attempt some nodes granted tries
 // again: the others were most likely still receiving the previous holder's
@@ -95,7 +105,7 @@ func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
 // going through the gate right now.
 func (c *Client) newPace(resource string) pace {
 	if c.cfg.fair {
-		return pace{fair: true}
+		return pace{queued: true}
 	}
 	return pace{gated: c.contendedLately(resource)}
 }
@@ -105,16 +115,16 @@ func (c *Client) newPace(resource string) pace {
 // while it subscribed woke the first of them, and it need not try again at
 // once; missing its own wake-up would take two handoffs within that round
 // trip, and costs one backoff.
-func (p *pace) farBehind(w *place) bool { return p.fair && w != nil && w.ahead >= 2 }
+func (p *pace) farBehind(w *place) bool { return p.queued && w != nil && w.ahead >= 2 }
 
 // failed records a failed attempt on resource.
 func (p *pace) failed(c *Client, resource string, qe *QuorumError, w *place) {
 	p.soons++
-	if !p.fair || qe.Agreed == 0 {
+	if !p.queued || qe.Agreed == 0 {
 		p.soons = 0
 	}
 	p.soon = p.soons > 0 && p.soons <= fairSoonMax
-	p.behind = p.fair && !p.soon && w != nil && w.ahead > 0
+	p.behind = p.queued && !p.soon && w != nil && w.ahead > 0
 	if qe.Refused > 0 {
 		c.sawContention(resource)
 	}
@@ -130,9 +140,9 @@ func (p *pace) failed(c *Client, resource string, qe *QuorumError, w *place) {
 // asks every node; so does a retry after two backoffs in a row without a
 // release (a gate that kept a stale key cannot hold waiters back for long).
 func (p *pace) woken(ctx context.Context, w wake, rw *releaseWatch) error {
-	if p.fair {
+	if p.queued {
 		if w == wokeRemote {
-			rw.drain()
+			rw.gather(ctx, gatherMax)
 		}
 		return nil
 	}

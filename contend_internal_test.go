@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +18,10 @@ func TestForwardOrdersAnnouncements(t *testing.T) {
 		takenLast bool
 	}{{"taken after the release", true}, {"taken before the release", false}} {
 		t.Run(c.name, func(t *testing.T) {
-			rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{})}
+			rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{}), noted: make([]atomic.Bool, 1)}
 			released, taken := make(chan struct{}, 1), make(chan struct{}, 1)
 			stopped := make(chan struct{})
-			go func() { rw.forward(released, taken); close(stopped) }()
+			go func() { rw.forward(0, released, taken); close(stopped) }()
 			if !c.takenLast {
 				taken <- struct{}{}
 				require.Eventually(t, func() bool { return len(taken) == 0 }, testWait, testTick)
@@ -52,7 +53,7 @@ const (
 func TestFairPace(t *testing.T) {
 	lc := lockConfig{retryMin: 4 * time.Millisecond, retryMax: 250 * time.Millisecond}
 	partial := &QuorumError{Agreed: 1}
-	p := pace{fair: true}
+	p := pace{queued: true}
 	for i := range fairSoonMax {
 		p.failed(nil, "r", partial, nil)
 		require.True(t, p.soon, "partial grant %d", i+1)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
 
@@ -137,12 +139,8 @@ func TestWokenWaiterAsksTheGateOnly(t *testing.T) {
 func TestStaleKeyOnGateDoesNotBlockWaiters(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opts := []redlock.Option{redlock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond)}
-	holder, err := redlock.Dial(redistest.URLs(servers), opts...)
-	require.NoError(t, err)
-	defer holder.Close()
-	waiter, err := redlock.Dial(redistest.URLs(servers), opts...)
-	require.NoError(t, err)
-	defer waiter.Close()
+	holder := dialGated(t, servers, opts...)
+	waiter := dialGated(t, servers, opts...)
 	for i, stale := range servers { // one of them is the gate
 		ctx := ctxT(t, 20*time.Second)
 		held, err := holder.Lock(ctx, "stale")
@@ -202,21 +200,33 @@ func TestStaleAnnouncementDoesNotHoldWaiterBack(t *testing.T) {
 // A client that releases a contended lock and locks it again at once lets the
 // waiter of another client, which has waited longer, go first (no barging).
 // The releaser knows the lock is contended because it waited for it itself.
+// With wake queues the release reserves the lock for the waiter it woke; on
+// gate nodes the releaser yields for a while.
 func TestReleaserYieldsToWaitingClient(t *testing.T) {
+	for name, dial := range map[string]func(*testing.T, []*redistest.Server, ...redlock.Option) *redlock.Client{
+		"wake queue": func(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+			c, err := redlock.Dial(redistest.URLs(servers), opts...)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			return c
+		},
+		"gate": dialGated,
+	} {
+		t.Run(name, func(t *testing.T) { releaserYields(t, dial) })
+	}
+}
+
+func releaserYields(t *testing.T, dial func(*testing.T, []*redistest.Server, ...redlock.Option) *redlock.Client) {
 	servers := redistest.StartN(t, 3)
-	a, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	defer a.Close()
+	a := dial(t, servers)
 	refused := make(chan struct{}, 100)
-	b, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
+	b := dial(t, servers, redlock.WithHooks(redlock.Hooks{
 		OnAttempt: func(e redlock.AttemptEvent) {
 			if !e.Acquired {
 				refused <- struct{}{}
 			}
 		},
 	}))
-	require.NoError(t, err)
-	defer b.Close()
 	ctx := ctxT(t, 60*time.Second)
 
 	// a waits for b's lock: from then on it knows the resource is contended.
@@ -271,17 +281,47 @@ func TestReleaserYieldsToWaitingClient(t *testing.T) {
 	assert.GreaterOrEqual(t, bFirst, rounds/2, "the waiting client went first in %d of %d rounds", bFirst, rounds)
 }
 
-// waitListening waits until some client listens for key's releases.
+// waitListening waits until some client listens for key's releases: on the
+// key's own channel (gate mode) or on a waiter's (node.WaiterChannel).
 func waitListening(t *testing.T, servers []*redistest.Server, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, s := range servers {
-			if listeners(t, s, key) > 0 {
-				return true
+			chans, err := redis.Strings(s.Do("PUBSUB", "CHANNELS", key+"*"))
+			require.NoError(t, err)
+			for _, ch := range chans {
+				if ch != node.TakenChannel(key) && listeners(t, s, ch) > 0 {
+					return true
+				}
 			}
 		}
 		return false
 	}, 10*time.Second, time.Millisecond)
+}
+
+// gateNode is a node without a wake queue (node.WakeQueuer), as the nodes of
+// the adapter modules are: the default mode then orders woken waiters through
+// the gate (contend.go).
+type gateNode struct {
+	node.Node
+	node.Watcher
+	node.Announcer
+}
+
+// dialGated is redlock.Dial on gate nodes.
+func dialGated(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	var nodes []node.Node
+	for _, u := range redistest.URLs(servers) {
+		n, err := node.Dial(u)
+		require.NoError(t, err)
+		t.Cleanup(func() { n.Close() })
+		nodes = append(nodes, gateNode{n, n, n})
+	}
+	c, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // listeners returns how many connections to s subscribe to channel.
@@ -296,21 +336,17 @@ func listeners(t *testing.T, s *redistest.Server, channel string) int {
 
 // waitingClient makes a holder client take resource on servers, and a
 // separate waiter client wait for it in the background, with a backoff of a
-// minute (only notifications wake it). It returns the holder's lock once the
+// minute (only notifications wake it), both on gate nodes. It returns the holder's lock once the
 // waiter made its first two attempts (every node, then the gate once
 // subscribed), the waiter's later attempts, and the outcome of its Lock and
 // Release. Both clients are closed when the test ends.
 func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string) (*redlock.Lock, <-chan redlock.AttemptEvent, <-chan error) {
 	t.Helper()
 	attempts := make(chan redlock.AttemptEvent, 100)
-	holder, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	t.Cleanup(func() { holder.Close() })
-	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{
+	holder := dialGated(t, servers)
+	waiter := dialGated(t, servers, redlock.WithHooks(redlock.Hooks{
 		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
 	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { waiter.Close() })
 
 	held, err := holder.Lock(ctx, resource)
 	require.NoError(t, err)
@@ -326,4 +362,132 @@ func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Serve
 		require.False(t, (<-attempts).Acquired)
 	}
 	return held, attempts, got
+}
+
+// dialed is redlock.Dial on servers, closed when the test ends.
+func dialed(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.Dial(redistest.URLs(servers), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// heldEverywhere waits until every server has key: a Lock returns at its
+// majority, and a SET still on its way could grant a waiter's attempt first.
+func heldEverywhere(t *testing.T, servers []*redistest.Server, key string) {
+	t.Helper()
+	for _, s := range servers {
+		require.Eventually(t, func() bool {
+			n, err := redis.Int(s.Do("EXISTS", key))
+			return err == nil && n == 1
+		}, 10*time.Second, time.Millisecond)
+	}
+}
+
+// waitingClients starts n separate clients waiting for resource, held by
+// another client, one after the other (each has made its two refused
+// attempts, plain then queued, before the next starts), with a backoff of a
+// minute: only a release wakes them. It returns the clients' attempt counts,
+// and the index of each client that gets the lock with its lock, in order.
+func waitingClients(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string, n int) ([]*atomic.Int64, <-chan int, []chan *redlock.Lock) {
+	t.Helper()
+	attempts := make([]*atomic.Int64, n)
+	order := make(chan int, n)
+	locks := make([]chan *redlock.Lock, n)
+	for i := range n {
+		attempts[i], locks[i] = new(atomic.Int64), make(chan *redlock.Lock, 1)
+		c := dialed(t, servers, redlock.WithRetryBackoff(time.Minute, time.Minute),
+			redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) { attempts[i].Add(1) }}))
+		go func() {
+			l, err := c.Lock(ctx, resource)
+			if err == nil {
+				order <- i
+			}
+			locks[i] <- l
+		}()
+		require.Eventually(t, func() bool { return attempts[i].Load() >= 2 }, 10*time.Second, time.Millisecond)
+	}
+	return attempts, order, locks
+}
+
+// Separate clients waiting for one lock are woken one at a time, in the order
+// they started waiting: a release wakes the first waiter only, and the others
+// send nothing until their turn (no herd).
+func TestReleaseWakesOneWaitingClient(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	held, err := dialed(t, servers).Lock(ctx, "one")
+	require.NoError(t, err)
+	heldEverywhere(t, servers, "redlock:{one}")
+	const n = 4
+	attempts, order, locks := waitingClients(ctx, t, servers, "one", n)
+	before := make([]int64, n)
+	for i := range n {
+		before[i] = attempts[i].Load()
+	}
+	require.NoError(t, held.Release(ctx))
+	for want := range n {
+		got := <-order
+		require.Equal(t, want, got, "served in the order they started waiting")
+		for j := range n {
+			if j != got {
+				assert.Equal(t, before[j], attempts[j].Load(), "client %d tried while client %d was woken", j, got)
+			}
+		}
+		before[got] = attempts[got].Load()
+		// A node may have refused the grant (the previous release had not
+		// landed there yet); a grant still on its way is released as it lands.
+		require.NoError(t, (<-locks[got]).Release(ctx))
+	}
+}
+
+// A waiting client that gives up (its context ends) leaves the wake queues,
+// and one that is closed no longer listens: either way the release wakes the
+// next waiter, which gets the lock although its backoff is a minute.
+func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
+	for _, closed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "gave up", true: "closed"}[closed], func(t *testing.T) {
+			servers := redistest.StartN(t, 3)
+			ctx := ctxT(t, 30*time.Second)
+			held, err := dialed(t, servers).Lock(ctx, "gone")
+			require.NoError(t, err)
+			heldEverywhere(t, servers, "redlock:{gone}")
+
+			early := dialed(t, servers, redlock.WithRetryBackoff(time.Minute, time.Minute))
+			ectx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			gaveUp := make(chan error, 1)
+			go func() {
+				_, err := early.Lock(ectx, "gone")
+				gaveUp <- err
+			}()
+			queue, _ := node.WakeQueueKeys("redlock:{gone}")
+			queuedOnAll := func(n int) func() bool {
+				return func() bool {
+					for _, s := range servers {
+						v, _ := redis.String(s.Do("GET", queue))
+						if strings.Count(v, "\n") != n {
+							return false
+						}
+					}
+					return true
+				}
+			}
+			require.Eventually(t, queuedOnAll(1), 10*time.Second, time.Millisecond)
+			_, order, locks := waitingClients(ctx, t, servers, "gone", 1)
+			require.Eventually(t, queuedOnAll(2), 10*time.Second, time.Millisecond)
+
+			if closed {
+				require.NoError(t, early.Close())
+			} else {
+				cancel()
+				require.Eventually(t, queuedOnAll(1), 10*time.Second, time.Millisecond, "the waiter that gave up left")
+			}
+			require.Error(t, <-gaveUp)
+			require.NoError(t, held.Release(ctx))
+			require.Equal(t, 0, <-order)
+			require.NoError(t, (<-locks[0]).Release(ctx))
+		})
+	}
 }

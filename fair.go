@@ -20,6 +20,13 @@ import (
 // attempt; it stays queued (at the head) while it holds the lock, and leaves
 // every queue when it releases it (or when Lock gives up); one that crashed is
 // dropped once its lease (fairLease) runs out.
+//
+// The default mode's wake queue (node.WakeQueuer) reuses the same waiters
+// (place.loose): queued with a ticket on every node once refused, a waiter may
+// take the lock wherever it is queued, and leaves a node's queue when that
+// node grants it; the queue only picks whom a release wakes. The queue
+// expires with the lease of its last attempt, and a waiter whose client is
+// gone is dropped when a release finds nobody listening for it.
 
 // fairLeaseMin is the least time a node keeps a silent waiter queued.
 const fairLeaseMin = 2 * time.Second
@@ -33,11 +40,23 @@ func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMa
 // queue, so that only the head waiter is woken. waiter is the id of the
 // waiter the lock was granted to (fair mode), or empty: it leaves the queue.
 func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
-	if q, ok := n.(node.Queuer); ok && notify && c.cfg.fair {
+	if !notify {
+		return n.Release(ctx, key, token, false)
+	}
+	if q, ok := n.(node.Queuer); ok && c.cfg.fair {
 		return q.ReleaseFair(ctx, key, token, waiter)
+	}
+	if q, ok := n.(node.WakeQueuer); ok && c.queued && !c.cfg.fair {
+		return q.ReleaseQueued(ctx, key, token, waiter, wokenReserve)
 	}
 	return n.Release(ctx, key, token, notify)
 }
+
+// wokenReserve is how long, in the default mode's loose queue, a release
+// reserves the lock for the waiter it woke: the others, which could otherwise
+// take it first, wait their turn; a woken waiter that does not try in time
+// (slow, or gone) loses it.
+const wokenReserve = 10 * time.Millisecond
 
 // place is a Lock call's place in the nodes' waiters' queues.
 type place struct {
@@ -47,6 +66,9 @@ type place struct {
 	// many): the next releases will wake them, not this one, which can wait
 	// for its own wake-up rather than poll (see pace.backoff).
 	ahead int
+	// loose: the default mode's wake queue (node.WakeQueuer), not fair
+	// mode's queue.
+	loose bool
 	// over is set when the Lock call returns: from then on a node that
 	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
 	over atomic.Bool
@@ -68,9 +90,9 @@ func newWaiterGroup() string {
 // node.Watcher) instead of subscribing and unsubscribing every time. Its Lock
 // calls on one key wait one at a time (enterQueue), so a wake-up on that
 // channel is for the current one, or a stale one that costs an attempt.
-func (c *Client) newWaiter(lc lockConfig) *place {
+func (c *Client) newWaiter(lc lockConfig, loose bool) *place {
 	id := c.waiterGroup + "/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	return &place{Waiter: node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}}
+	return &place{Waiter: node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}, loose: loose}
 }
 
 // queuedAhead returns how many waiters at least need nodes reported queued
@@ -109,19 +131,30 @@ func (c *Client) leaveQueue(key string, w *place, granted bool) {
 	}
 	defer end()
 	for i := range c.nodes {
-		c.spawn(func() { c.leaveOn(i, key, w.ID) })
+		c.spawn(func() { c.leaveOn(i, key, w) })
 	}
 }
 
-// leaveOn removes waiter id from key's queue on node i, if the node keeps one.
-func (c *Client) leaveOn(i int, key, id string) {
-	q, ok := c.nodes[i].(node.Queuer)
-	if !ok {
-		return
-	}
+// leaveOn removes waiter w from key's queue on node i, if the node keeps one.
+func (c *Client) leaveOn(i int, key string, w *place) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	if err := q.LeaveQueue(ctx, key, id); err != nil {
+	var err error
+	switch q := c.nodes[i].(type) {
+	case node.WakeQueuer:
+		if !w.loose {
+			if fq, ok := q.(node.Queuer); ok {
+				err = fq.LeaveQueue(ctx, key, w.ID)
+			}
+			break
+		}
+		err = q.LeaveWakeQueue(ctx, key, w.ID, wokenReserve)
+	case node.Queuer:
+		if !w.loose {
+			err = q.LeaveQueue(ctx, key, w.ID)
+		}
+	}
+	if err != nil {
 		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)
 	}
 }
@@ -131,6 +164,6 @@ func (c *Client) leaveOn(i int, key, id string) {
 // drop it.
 func (c *Client) leaveLate(key string, w *place, i int, r quorum.Reply[node.Acquired]) {
 	if r.Done && r.Err == nil && !r.OK && w.over.Load() {
-		c.spawn(func() { c.leaveOn(i, key, w.ID) })
+		c.spawn(func() { c.leaveOn(i, key, w) })
 	}
 }

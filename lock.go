@@ -72,16 +72,20 @@ func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquire
 	return l.observe(i, a, err)
 }
 
-// acquireFairOn is the acquisition's call on one node in fair mode: through
-// the node's waiters' queue, where the node has one.
-func (l *Lock) acquireFairOn(w node.Waiter) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
+// acquireQueuedOn is the acquisition's call on one node for waiter w:
+// through the node's waiters' queue (fair mode's, or the default mode's wake
+// queue when w is loose), where the node has one.
+func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-		q, ok := n.(node.Queuer)
-		if !ok {
-			return l.acquireOn(ctx, i, n)
+		if q, ok := n.(node.WakeQueuer); ok && w.loose {
+			a, err := q.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, w.Waiter)
+			return l.observe(i, a, err)
 		}
-		a, err := q.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
-		return l.observe(i, a, err)
+		if q, ok := n.(node.Queuer); ok && !w.loose {
+			a, err := q.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w.Waiter)
+			return l.observe(i, a, err)
+		}
+		return l.acquireOn(ctx, i, n)
 	}
 }
 

@@ -42,6 +42,7 @@ type Client struct {
 
 	waiterGroup string       // fair mode: the waiters' ids' group, random (newWaiter)
 	waiterSeq   atomic.Int64 // fair mode: numbers this client's waiters
+	queued      bool         // every node keeps a wake queue (node.WakeQueuer): the default mode queues waiters there
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -65,7 +66,11 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
 		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
+	c.queued = true
 	for i, n := range nodes {
+		if _, ok := n.(node.WakeQueuer); !ok {
+			c.queued = false
+		}
 		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
 			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
 		}
@@ -223,18 +228,23 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 	return c.lock(ctx, resource, lc)
 }
 
+// lock is Lock after its hook. A fair-mode waiter queues from its first
+// attempt; a default-mode one on nodes with wake queues once an attempt was
+// refused, or from the first when the resource was refused lately (lockWait).
+// Either leaves the queues when the call is over.
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	if !c.cfg.fair {
-		return c.lockWait(ctx, resource, lc)
+	if c.cfg.fair {
+		lc.waiter = c.newWaiter(lc, false)
 	}
-	lc.waiter = c.newWaiter(lc)
-	l, err := c.lockWait(ctx, resource, lc)
-	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
+	l, err := c.lockWait(ctx, resource, &lc)
+	if lc.waiter != nil {
+		c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
+	}
 	return l, err
 }
 
 // lockWait makes attempts until one succeeds or ctx ends.
-func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) (*Lock, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
 	local, leave, err := c.enterQueue(ctx, resource)
@@ -250,7 +260,16 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 	}()
 	var last *QuorumError
 	p := c.newPace(resource)
-	if p.gated && !c.heldHere(resource) {
+	switch {
+	case p.gated && c.queued:
+		// Contended lately, on nodes with wake queues: queue from the first
+		// attempt, and listen before it (the subscription of this client's
+		// waiters lingers between Lock calls, so this costs nothing when
+		// the client contends again and again).
+		lc.waiter = c.newWaiter(*lc, true)
+		p = pace{queued: true}
+		rw = c.watchReleases(ctx, c.lockKey(resource), &lc.waiter.Waiter)
+	case p.gated && !c.heldHere(resource):
 		// Contended lately: listen before the first attempt, so that a
 		// refusal needs no second one; and after a release of this client,
 		// let the waiters of other clients go first.
@@ -264,7 +283,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 		if p.skip {
 			p.skip = false // another client's turn (see stagger, yieldFirst): wait for its release
 		} else if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, lc, p.gated)
+			l, err := c.try(ctx, resource, *lc, p.gated)
 			if err == nil {
 				return l, nil
 			}
@@ -275,13 +294,19 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
 				// Held by another client: listen for its release, then try
 				// again at once (it may have been released while we
-				// subscribed), through the gate, as other waiters may too.
+				// subscribed): on nodes with wake queues, queued from now on
+				// (a release wakes the first waiter only); otherwise through
+				// the gate, as other waiters may try too.
 				var w *node.Waiter
+				if lc.waiter == nil && c.queued {
+					lc.waiter = c.newWaiter(*lc, true)
+					p.queued = true
+				}
 				if lc.waiter != nil {
 					w = &lc.waiter.Waiter
 				}
 				rw = c.watchReleases(ctx, c.lockKey(resource), w)
-				p.gated = !p.fair
+				p.gated = !p.queued
 				if !p.farBehind(lc.waiter) {
 					continue
 				}
@@ -290,7 +315,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 		// Woken by a release, or after a backoff with full jitter in case a
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
-		woken, err := waitRetry(ctx, rw, local, p.backoff(lc, attempt))
+		woken, err := waitRetry(ctx, rw, local, c.stop, p.backoff(*lc, attempt))
 		if err == nil {
 			err = p.woken(ctx, woken, rw)
 		}
@@ -328,7 +353,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	if !c.cfg.fair {
 		return c.try(ctx, resource, lc, false)
 	}
-	lc.waiter = c.newWaiter(lc)
+	lc.waiter = c.newWaiter(lc, false)
 	l, err := c.try(ctx, resource, lc, false)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err
@@ -398,7 +423,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
 	switch {
 	case lc.waiter != nil:
-		rd.call = l.acquireFairOn(lc.waiter.Waiter)
+		rd.call = l.acquireQueuedOn(lc.waiter)
 		l.waiter = lc.waiter.ID
 		w := lc.waiter
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -93,6 +94,12 @@ type releaseWatch struct {
 	notify chan struct{}
 	taken  chan struct{} // a woken waiter's grant was announced (node.TakenChannel) since the last release
 
+	// heard counts the nodes that notified a release since the last reset
+	// (fair and queued waiters, who listen on every node: see gather).
+	heard atomic.Int32
+	noted []atomic.Bool // per watched node: counted in heard
+	need  int           // nodes whose notification makes a majority of the client's nodes
+
 	mu    sync.Mutex
 	stops []func()
 	wg    sync.WaitGroup
@@ -133,8 +140,10 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 			watchers = append(watchers, w)
 		}
 	}
+	rw.noted = make([]atomic.Bool, len(watchers))
+	rw.need = min(len(watchers), len(c.nodes)/2+1)
 	confirmed := make(chan bool, len(watchers))
-	for _, watcher := range watchers {
+	for i, watcher := range watchers {
 		rw.wg.Add(1)
 		go func() {
 			defer rw.wg.Done()
@@ -148,7 +157,7 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 			if ch == nil {
 				return
 			}
-			rw.forward(ch, taken)
+			rw.forward(i, ch, taken)
 		}()
 	}
 	for range watchers {
@@ -188,10 +197,13 @@ func (rw *releaseWatch) addStop(stop func()) {
 // announcements (taken) on to the waiter until the watch stops. A node sends
 // both over one connection, in order, so an announcement pending when a
 // release arrives is older than that release: it is dropped.
-func (rw *releaseWatch) forward(released, taken <-chan struct{}) {
+func (rw *releaseWatch) forward(i int, released, taken <-chan struct{}) {
 	for {
 		select {
 		case <-released:
+			if !rw.noted[i].Swap(true) {
+				rw.heard.Add(1)
+			}
 			drain(taken)
 			drain(rw.taken)
 			poke(rw.notify)
@@ -205,6 +217,34 @@ func (rw *releaseWatch) forward(released, taken <-chan struct{}) {
 
 // drain drops a pending notification.
 func (rw *releaseWatch) drain() { drain(rw.notify) }
+
+// gather waits, at most d, until a majority of the nodes notified a release
+// since the last gather: a waiter woken on every node (fair and queued modes)
+// by the first release to land would otherwise try while the others are still
+// on their way, be refused there, and try again. It then forgets the nodes
+// heard, and the pending notification.
+func (rw *releaseWatch) gather(ctx context.Context, d time.Duration) {
+	if rw.heard.Load() < int32(rw.need) {
+		t := time.NewTimer(d)
+	wait:
+		for rw.heard.Load() < int32(rw.need) {
+			select {
+			case <-rw.notify:
+			case <-t.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		t.Stop()
+	}
+	for i := range rw.noted {
+		if rw.noted[i].Swap(false) {
+			rw.heard.Add(-1)
+		}
+	}
+	rw.drain()
+}
 
 // poke makes a value pending on ch (capacity 1), unless one is already.
 func poke(ch chan<- struct{}) {
@@ -243,8 +283,9 @@ const (
 )
 
 // waitRetry waits for a release notification from the nodes or from this
-// client, the backoff timer, or ctx.
-func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, backoff time.Duration) (wake, error) {
+// client, the backoff timer, ctx, or the client's Close (closed): then it
+// returns ErrClosed.
+func waitRetry(ctx context.Context, rw *releaseWatch, local, closed <-chan struct{}, backoff time.Duration) (wake, error) {
 	t := time.NewTimer(backoff)
 	defer t.Stop()
 	var notify <-chan struct{}
@@ -254,6 +295,8 @@ func waitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, bac
 	select {
 	case <-ctx.Done():
 		return wokeTimer, ctx.Err()
+	case <-closed:
+		return wokeTimer, ErrClosed
 	case <-t.C:
 		return wokeTimer, nil
 	case <-notify:

@@ -1,0 +1,193 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// wakeQueue drives the default mode's wake queue of one key on one node, and
+// listens on the waiters' channels over one connection.
+type wakeQueue struct {
+	t          *testing.T
+	s          *redistest.Server
+	n          *node.Redis
+	ctx        context.Context
+	key, fence string
+	psc        redis.PubSubConn
+}
+
+const reserve = time.Minute // long enough that no reservation runs out in a test
+
+func newWakeQueue(t *testing.T, key string) *wakeQueue {
+	s, n, ctx := dialed(t, 10*time.Second)
+	c, err := redis.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return &wakeQueue{t: t, s: s, n: n, ctx: ctx, key: key, fence: key + ":fence", psc: redis.PubSubConn{Conn: c}}
+}
+
+// acquire is AcquireQueued with a TTL of a minute; it must not fail.
+func (q *wakeQueue) acquire(token string, w node.Waiter) node.Acquired {
+	q.t.Helper()
+	a, err := q.n.AcquireQueued(q.ctx, q.key, q.fence, token, time.Minute, w)
+	require.NoError(q.t, err)
+	return a
+}
+
+// release is ReleaseQueued; it must not fail.
+func (q *wakeQueue) release(token, waiter string) bool {
+	q.t.Helper()
+	ok, err := q.n.ReleaseQueued(q.ctx, q.key, token, waiter, reserve)
+	require.NoError(q.t, err)
+	return ok
+}
+
+// listen subscribes to the channels of waiter groups.
+func (q *wakeQueue) listen(groups ...string) {
+	q.t.Helper()
+	for _, g := range groups {
+		require.NoError(q.t, q.psc.Subscribe(node.WaiterChannel(q.key, g+"/1")))
+		_, ok := q.psc.ReceiveWithTimeout(5 * time.Second).(redis.Subscription)
+		require.True(q.t, ok)
+	}
+}
+
+// told returns the channels told since the last call: the messages received
+// before the answer to a PING sent now (one connection keeps the order).
+func (q *wakeQueue) told() []string {
+	q.t.Helper()
+	require.NoError(q.t, q.psc.Ping("mark"))
+	var got []string
+	for {
+		switch m := q.psc.ReceiveWithTimeout(5 * time.Second).(type) {
+		case redis.Message:
+			got = append(got, m.Channel)
+		case redis.Pong:
+			return got
+		case error:
+			require.NoError(q.t, m)
+		}
+	}
+}
+
+// queued returns the wake queue's content and the waiter woken.
+func (q *wakeQueue) queued() (string, string) {
+	q.t.Helper()
+	wq, wk := node.WakeQueueKeys(q.key)
+	v, err := redis.String(q.s.Do("GET", wq))
+	if err != redis.ErrNil {
+		require.NoError(q.t, err)
+	}
+	w, err := redis.String(q.s.Do("GET", wk))
+	if err != redis.ErrNil {
+		require.NoError(q.t, err)
+	}
+	return v, w
+}
+
+// A release wakes the first waiter by ticket only, whatever the order of
+// arrival, and reserves the lock for it: other waiters are refused until it
+// comes, and it leaves the queue with the lock.
+func TestWakeQueueWakesTheFirstWaiterOnly(t *testing.T) {
+	q := newWakeQueue(t, "redlock:{wq}")
+	a, b, c := waiter("a/1", 20), waiter("b/1", 30), waiter("c/1", 10)
+	q.listen("a", "b", "c")
+
+	require.True(t, q.acquire("ta", a).OK, "free: granted, queued or not")
+	wq, _ := q.queued()
+	assert.Empty(t, wq, "a holder is not queued")
+
+	got := q.acquire("tb", b)
+	assert.False(t, got.OK)
+	assert.Equal(t, 0, got.Ahead)
+	got = q.acquire("tc", c)
+	assert.False(t, got.OK)
+	assert.Equal(t, 0, got.Ahead, "an earlier ticket goes first")
+	got = q.acquire("tb", b)
+	assert.Equal(t, 1, got.Ahead, "a waiter queues once")
+	wq, _ = q.queued()
+	assert.Equal(t, "10 c/1\n30 b/1\n", wq, "a waiter's attempt renews its entry")
+	assert.Empty(t, q.told(), "attempts wake nobody")
+
+	require.True(t, q.release("ta", ""))
+	assert.Equal(t, []string{node.WaiterChannel(q.key, "c/1")}, q.told(), "one waiter told")
+	_, woken := q.queued()
+	assert.Equal(t, "c/1", woken)
+
+	got = q.acquire("tb", b)
+	assert.False(t, got.OK, "reserved for c")
+	assert.Equal(t, 1, got.Ahead)
+	require.True(t, q.acquire("tc", c).OK)
+	wq, woken = q.queued()
+	assert.Equal(t, "30 b/1\n", wq, "granted: c left the queue")
+	assert.Empty(t, woken, "the reservation ends with the grant")
+
+	// c's release names c: a node that refused it still has it queued.
+	require.True(t, q.release("tc", "c/1"))
+	assert.Equal(t, []string{node.WaiterChannel(q.key, "b/1")}, q.told())
+	require.True(t, q.acquire("tb", b).OK)
+	require.NoError(t, q.psc.Subscribe(q.key))
+	_, ok := q.psc.ReceiveWithTimeout(5 * time.Second).(redis.Subscription)
+	require.True(t, ok)
+	require.True(t, q.release("tb", "b/1"))
+	assert.Equal(t, []string{q.key}, q.told(), "nobody queued: the key's channel")
+	wq, _ = q.queued()
+	assert.Empty(t, wq)
+}
+
+// A waiter whose client is gone (nobody listens on its channel) is dropped
+// when a release would wake it; the next one is woken. A woken waiter that
+// leaves without the lock passes the wake-up on; a release of a lock that
+// another client holds wakes nobody.
+func TestWakeQueueSkipsGoneWaiters(t *testing.T) {
+	q := newWakeQueue(t, "redlock:{gone}")
+	q.listen("b", "c")
+	require.True(t, q.acquire("tx", waiter("x/1", 1)).OK)
+	for _, w := range []node.Waiter{waiter("gone/1", 5), waiter("b/1", 30), waiter("c/1", 10)} {
+		require.False(t, q.acquire("t"+w.ID, w).OK)
+	}
+	assert.False(t, q.release("not-the-token", ""), "held by another")
+	assert.Empty(t, q.told())
+
+	require.True(t, q.release("tx", ""))
+	assert.Equal(t, []string{node.WaiterChannel(q.key, "c/1")}, q.told(), "gone/1 skipped")
+	wq, woken := q.queued()
+	assert.Equal(t, "30 b/1\n10 c/1\n", wq, "gone/1 dropped")
+	assert.Equal(t, "c/1", woken)
+
+	require.NoError(t, q.n.LeaveWakeQueue(q.ctx, q.key, "c/1", reserve))
+	assert.Equal(t, []string{node.WaiterChannel(q.key, "b/1")}, q.told(), "c passed its wake-up on")
+	wq, woken = q.queued()
+	assert.Equal(t, "30 b/1\n", wq)
+	assert.Equal(t, "b/1", woken)
+	require.NoError(t, q.n.LeaveWakeQueue(q.ctx, q.key, "nobody/1", reserve), "leaving twice, or never queued")
+}
+
+// The queue holds at most 256 waiters; the others are refused without a place
+// (they poll), and the queue expires with the lease of its last attempt.
+func TestWakeQueueBounded(t *testing.T) {
+	q := newWakeQueue(t, "redlock:{many}")
+	require.True(t, q.acquire("th", waiter("h/1", 1)).OK)
+	for i := range 300 {
+		w := node.Waiter{ID: "w" + string(rune('a'+i%26)) + "/" + time.Duration(i).String(), Ticket: int64(100 + i), Lease: time.Second}
+		got := q.acquire("t", w)
+		require.False(t, got.OK)
+		assert.Equal(t, min(i, 256), got.Ahead)
+	}
+	wq, _ := node.WakeQueueKeys(q.key)
+	n, err := redis.Int(q.s.Do("STRLEN", wq))
+	require.NoError(t, err)
+	assert.Less(t, n, 256*20)
+	ttl, err := redis.Int(q.s.Do("PTTL", wq))
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 0)
+	assert.LessOrEqual(t, ttl, 1000)
+}

@@ -41,7 +41,8 @@ type WakeQueuer interface {
 	// ReleaseQueued deletes key if it still holds token, as Release does,
 	// and reports whether it did; when key is free afterwards it wakes the
 	// first waiter on its channel (WaiterChannel) and reserves the lock for
-	// it for reserve, skipping (and dropping) waiters nobody listens for; with
+	// it for reserve, skipping (and dropping) waiters nobody listens for and
+	// waiters it woke three times without their attempting since; with
 	// nobody queued it tells key's watchers. waiter, if not empty, is the id
 	// of the waiter the lock was granted to: it leaves the queue.
 	ReleaseQueued(ctx context.Context, key, token, waiter string, reserve time.Duration) (bool, error)

@@ -114,7 +114,7 @@ func TestWakeQueueWakesTheFirstWaiterOnly(t *testing.T) {
 	got = q.acquire("tb", b)
 	assert.Equal(t, 1, got.Ahead, "a waiter queues once")
 	wq, _ = q.queued()
-	assert.Equal(t, "10 c/1\n30 b/1\n", wq, "a waiter's attempt renews its entry")
+	assert.Equal(t, "10 c/1 0\n30 b/1 0\n", wq, "a waiter's attempt renews its entry")
 	assert.Empty(t, q.told(), "attempts wake nobody")
 
 	require.True(t, q.release("ta", ""))
@@ -127,7 +127,7 @@ func TestWakeQueueWakesTheFirstWaiterOnly(t *testing.T) {
 	assert.Equal(t, 1, got.Ahead)
 	require.True(t, q.acquire("tc", c).OK)
 	wq, woken = q.queued()
-	assert.Equal(t, "30 b/1\n", wq, "granted: c left the queue")
+	assert.Equal(t, "30 b/1 0\n", wq, "granted: c left the queue")
 	assert.Empty(t, woken, "the reservation ends with the grant")
 
 	// c's release names c: a node that refused it still has it queued.
@@ -160,15 +160,42 @@ func TestWakeQueueSkipsGoneWaiters(t *testing.T) {
 	require.True(t, q.release("tx", ""))
 	assert.Equal(t, []string{node.WaiterChannel(q.key, "c/1")}, q.told(), "gone/1 skipped")
 	wq, woken := q.queued()
-	assert.Equal(t, "30 b/1\n10 c/1\n", wq, "gone/1 dropped")
+	assert.Equal(t, "30 b/1 0\n10 c/1 1\n", wq, "gone/1 dropped; c woken once")
 	assert.Equal(t, "c/1", woken)
 
 	require.NoError(t, q.n.LeaveWakeQueue(q.ctx, q.key, "c/1", reserve))
 	assert.Equal(t, []string{node.WaiterChannel(q.key, "b/1")}, q.told(), "c passed its wake-up on")
 	wq, woken = q.queued()
-	assert.Equal(t, "30 b/1\n", wq)
+	assert.Equal(t, "30 b/1 1\n", wq)
 	assert.Equal(t, "b/1", woken)
 	require.NoError(t, q.n.LeaveWakeQueue(q.ctx, q.key, "nobody/1", reserve), "leaving twice, or never queued")
+}
+
+// A waiter that listens but does not try (its process is paused) is woken
+// three times at most; the next release wakes the waiter after it.
+func TestWakeQueueDropsAStuckWaiter(t *testing.T) {
+	q := newWakeQueue(t, "redlock:{stuck}")
+	q.listen("stuck", "b")
+	require.True(t, q.acquire("tx", waiter("x/1", 1)).OK)
+	require.False(t, q.acquire("ts", waiter("stuck/1", 5)).OK)
+	require.False(t, q.acquire("tb", waiter("b/1", 30)).OK)
+	for i := range 4 {
+		require.True(t, q.release("tx", ""))
+		want := "stuck/1"
+		if i == 3 {
+			want = "b/1"
+		}
+		assert.Equal(t, []string{node.WaiterChannel(q.key, want)}, q.told(), "release %d", i+1)
+		// A newcomer's plain attempt is not held back by the reservation.
+		a, err := q.n.Acquire(q.ctx, q.key, q.fence, "tx", time.Minute)
+		require.NoError(t, err)
+		require.True(t, a.OK)
+	}
+	wq, _ := q.queued()
+	assert.Equal(t, "30 b/1 1\n", wq)
+	require.False(t, q.acquire("ts", waiter("stuck/1", 5)).OK, "back: queued again, first")
+	wq, _ = q.queued()
+	assert.Equal(t, "30 b/1 1\n5 stuck/1 0\n", wq)
 }
 
 // The queue holds at most 256 waiters; the others are refused without a place

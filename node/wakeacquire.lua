@@ -13,7 +13,7 @@ local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
 local es = parse(redis.call('GET', KEYS[3]))
-local me = {ticket = tonumber(ARGV[4]), t = ARGV[4], id = ARGV[3]}
+local me = {ticket = tonumber(ARGV[4]), t = ARGV[4], id = ARGV[3], wakes = 0}
 local queued = drop(es, me.id)
 local ahead = 0
 for _, e in ipairs(es) do

@@ -1,8 +1,8 @@
 -- The default mode's waiters' queue (node.WakeQueuer), shared by
 -- wakeacquire.lua, wakerelease.lua and wakeleave.lua (prepended to each).
 -- It decides whom a release wakes, not who may take the lock. The queue is
--- one string key of lines "ticket id\n" (in arrival order, read in ticket
--- order), and the waiter a release woke is kept, for a short reservation, in a
+-- one string key of lines "ticket id wakes\n" (in arrival order, read in
+-- ticket order), and the waiter a release woke is kept, for a short reservation, in a
 -- key of its own: so the scripts need only GET, SET, DEL and PUBLISH, the
 -- commands of the minimal ACL (docs/operations.md). A waiter whose client is
 -- gone is dropped when a release finds nobody listening on its channel.
@@ -11,12 +11,13 @@
 local maxQueued = 256
 
 -- parse returns the entries of queue q: {ticket = number, t = the ticket as
--- sent, id = string}.
+-- sent, id = string, wakes = how often a release woke it since its last
+-- attempt}.
 local function parse(q)
   local es = {}
   if q then
-    for t, w in string.gmatch(q, '(%d+) ([^\n]+)\n') do
-      es[#es + 1] = {ticket = tonumber(t), t = t, id = w}
+    for t, w, n in string.gmatch(q, '(%d+) ([^ \n]+) (%d+)\n') do
+      es[#es + 1] = {ticket = tonumber(t), t = t, id = w, wakes = tonumber(n)}
     end
   end
   return es
@@ -46,7 +47,7 @@ local function store(key, es, px)
     return
   end
   local b = {}
-  for i, e in ipairs(es) do b[i] = e.t .. ' ' .. e.id .. '\n' end
+  for i, e in ipairs(es) do b[i] = e.t .. ' ' .. e.id .. ' ' .. e.wakes .. '\n' end
   if px then
     redis.call('SET', key, table.concat(b), 'PX', px)
   else
@@ -54,11 +55,17 @@ local function store(key, es, px)
   end
 end
 
+-- Wake-ups a waiter may get without attempting before it is dropped: one
+-- that is listening but not trying (its process is paused or stuck) would
+-- otherwise take every wake-up, and leave the others to their backoff.
+local maxWakes = 3
+
 -- wake tells the first waiter of es that lock is free, on its channel (lock ..
 -- ':w:' .. the part of its id before '/'), and reserves the lock for it in
--- wokenKey for reserve ms. Waiters that nobody listens for are dropped from es
--- (at most 3 per call); with nobody to wake, the lock's own channel is told.
--- Without PUBLISH permission nobody is woken: waiters poll.
+-- wokenKey for reserve ms. Waiters that nobody listens for, or that were woken
+-- maxWakes times without attempting since, are dropped from es (at most 3
+-- per call); with nobody to wake, the lock's own channel is told. Without
+-- PUBLISH permission nobody is woken: waiters poll.
 local function wake(lock, es, wokenKey, reserve)
   for _ = 1, 3 do
     local h = nil
@@ -66,11 +73,14 @@ local function wake(lock, es, wokenKey, reserve)
       if h == nil or before(e, es[h]) then h = i end
     end
     if h == nil then break end
-    local n = redis.pcall('PUBLISH', lock .. ':w:' .. string.match(es[h].id, '^[^/]*'), 'released')
-    if type(n) ~= 'number' then return end
-    if n > 0 then
-      redis.call('SET', wokenKey, es[h].id, 'PX', reserve)
-      return
+    if es[h].wakes < maxWakes then
+      local n = redis.pcall('PUBLISH', lock .. ':w:' .. string.match(es[h].id, '^[^/]*'), 'released')
+      if type(n) ~= 'number' then return end
+      if n > 0 then
+        es[h].wakes = es[h].wakes + 1
+        redis.call('SET', wokenKey, es[h].id, 'PX', reserve)
+        return
+      end
     end
     table.remove(es, h)
   end

@@ -260,8 +260,9 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 	}()
 	var last *QuorumError
 	p := c.newPace(resource)
+	held := c.heldHere(resource) // then this client's release wakes us: no queue on the nodes
 	switch {
-	case p.gated && c.queued:
+	case p.gated && c.queued && !held:
 		// Contended lately, on nodes with wake queues: queue from the first
 		// attempt, and listen before it (the subscription of this client's
 		// waiters lingers between Lock calls, so this costs nothing when
@@ -269,7 +270,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		lc.waiter = c.newWaiter(*lc, true)
 		p = pace{queued: true}
 		rw = c.watchReleases(ctx, c.lockKey(resource), &lc.waiter.Waiter)
-	case p.gated && !c.heldHere(resource):
+	case p.gated && !held:
 		// Contended lately: listen before the first attempt, so that a
 		// refusal needs no second one; and after a release of this client,
 		// let the waiters of other clients go first.

@@ -160,3 +160,50 @@ func TestMinimalACLIsNeeded(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// FairACL is what fair mode adds to MinimalACL (docs/operations.md): its
+// scripts keep sorted sets and read the server's clock.
+const FairACL = "+time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
+
+// Fair mode runs, waiter woken included, as a user with MinimalACL and
+// FairACL, and not with MinimalACL alone.
+func TestMinimalACLFair(t *testing.T) {
+	s := redistest.Start(t)
+	for user, rule := range map[string]string{"plain": MinimalACL, "fair": MinimalACL + " " + FairACL} {
+		args := []any{"SETUSER", user}
+		for _, f := range strings.Fields(rule) {
+			args = append(args, f)
+		}
+		_, err := s.Do("ACL", args...)
+		require.NoError(t, err)
+	}
+	plain, err := redlock.Dial([]string{"redis://plain:lock-pw@" + s.Addr()}, redlock.WithFair())
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = tryExercise(t, plain, "fair-acl")
+	require.Error(t, err, "fair mode without FairACL")
+
+	c, err := redlock.Dial([]string{"redis://fair:lock-pw@" + s.Addr()}, redlock.WithFair())
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, uint64(1), exercise(t, c, "fair-acl"))
+	other, err := redlock.Dial([]string{"redis://fair:lock-pw@" + s.Addr()}, redlock.WithFair(),
+		redlock.WithRetryBackoff(10*time.Second, 10*time.Second))
+	require.NoError(t, err)
+	defer other.Close()
+	l, err := c.TryLock(ctxT(t, 5*time.Second), "fair-acl")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l2, err := other.Lock(ctxT(t, 8*time.Second), "fair-acl")
+		if err == nil {
+			err = l2.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitListening(t, []*redistest.Server{s}, "redlock:{fair-acl}")
+	start := time.Now()
+	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
+	require.NoError(t, <-got)
+	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by its 10s backoff")
+}

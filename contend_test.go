@@ -484,7 +484,11 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 				cancel()
 				require.Eventually(t, queuedOnAll(1), 10*time.Second, time.Millisecond, "the waiter that gave up left")
 			}
-			require.Error(t, <-gaveUp)
+			err = <-gaveUp
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			if closed {
+				require.ErrorIs(t, err, redlock.ErrClosed, "Close ends a waiting Lock at once")
+			}
 			require.NoError(t, held.Release(ctx))
 			require.Equal(t, 0, <-order)
 			require.NoError(t, (<-locks[0]).Release(ctx))

@@ -167,7 +167,8 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 
 // Close waits for background work (releases of stragglers, bounded by the node
 // timeout) and, for a Client made by Dial, closes the nodes. Locks taken from the
-// client cannot be extended or released afterwards.
+// client cannot be extended or released afterwards; Lock calls waiting for their
+// next attempt return at once, their error wrapping ErrNotAcquired and ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

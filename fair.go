@@ -36,9 +36,10 @@ const fairLeaseMin = 2 * time.Second
 // every attempt.
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
-// releaseOn releases key on n; with notify in fair mode, through the node's
-// queue, so that only the head waiter is woken. waiter is the id of the
-// waiter the lock was granted to (fair mode), or empty: it leaves the queue.
+// releaseOn releases key on n; with notify, through the node's queue (fair
+// mode's, or the default mode's wake queue), so that only the first waiter is
+// woken. waiter is the id of the waiter the lock was granted to, or empty: it
+// leaves the queue.
 func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
 	if !notify {
 		return n.Release(ctx, key, token, false)
@@ -140,19 +141,10 @@ func (c *Client) leaveOn(i int, key string, w *place) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
 	var err error
-	switch q := c.nodes[i].(type) {
-	case node.WakeQueuer:
-		if !w.loose {
-			if fq, ok := q.(node.Queuer); ok {
-				err = fq.LeaveQueue(ctx, key, w.ID)
-			}
-			break
-		}
+	if q, ok := c.nodes[i].(node.WakeQueuer); ok && w.loose {
 		err = q.LeaveWakeQueue(ctx, key, w.ID, wokenReserve)
-	case node.Queuer:
-		if !w.loose {
-			err = q.LeaveQueue(ctx, key, w.ID)
-		}
+	} else if q, ok := c.nodes[i].(node.Queuer); ok && !w.loose {
+		err = q.LeaveQueue(ctx, key, w.ID)
 	}
 	if err != nil {
 		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)

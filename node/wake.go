@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -36,7 +39,9 @@ type WakeQueuer interface {
 	// AcquireQueued takes the lock as Acquire does, unless a release reserved
 	// it for another waiter; refused, w is queued (with its ticket; Lease is
 	// how long the queue outlives the attempt), granted, it leaves the
-	// queue. Acquired.Ahead counts the waiters queued before w.
+	// queue. Acquired.Ahead counts the waiters queued before w. A waiter
+	// with an empty id, white space in its id, or a negative ticket is
+	// ErrInvalidWaiter.
 	AcquireQueued(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
 	// ReleaseQueued deletes key if it still holds token, as Release does,
 	// and reports whether it did; when key is free afterwards it wakes the
@@ -57,20 +62,49 @@ var _ WakeQueuer = (*Redis)(nil)
 // release woke.
 func WakeQueueKeys(key string) (queue, woken string) { return key + ":wq", key + ":wk" }
 
+// ErrInvalidWaiter is returned for a waiter the wake queue cannot hold: an
+// empty id, an id with white space (the queue is lines of words), or a
+// negative ticket.
+var ErrInvalidWaiter = errors.New("node: invalid waiter")
+
+// checkWaiter reports why the wake queue cannot hold waiter id with ticket.
+func checkWaiter(id string, ticket int64) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrInvalidWaiter)
+	case strings.ContainsAny(id, " \t\r\n"):
+		return fmt.Errorf("%w: id %q contains white space", ErrInvalidWaiter, id)
+	case ticket < 0:
+		return fmt.Errorf("%w: negative ticket %d", ErrInvalidWaiter, ticket)
+	}
+	return nil
+}
+
 // AcquireQueued implements WakeQueuer.
 func (r *Redis) AcquireQueued(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
+	if err := checkWaiter(w.ID, w.Ticket); err != nil {
+		return Acquired{}, err
+	}
 	q, wk := WakeQueueKeys(key)
 	return r.acquire(ctx, wakeAcquireScript, key, fenceKey, q, wk, token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1))
 }
 
 // ReleaseQueued implements WakeQueuer.
 func (r *Redis) ReleaseQueued(ctx context.Context, key, token, waiter string, reserve time.Duration) (bool, error) {
+	if waiter != "" {
+		if err := checkWaiter(waiter, 0); err != nil {
+			return false, err
+		}
+	}
 	q, wk := WakeQueueKeys(key)
 	return r.flag(ctx, wakeReleaseScript, key, q, wk, token, waiter, max(reserve.Milliseconds(), 1))
 }
 
 // LeaveWakeQueue implements WakeQueuer.
 func (r *Redis) LeaveWakeQueue(ctx context.Context, key, id string, reserve time.Duration) error {
+	if err := checkWaiter(id, 0); err != nil {
+		return err
+	}
 	q, wk := WakeQueueKeys(key)
 	_, err := r.flag(ctx, wakeLeaveScript, key, q, wk, id, max(reserve.Milliseconds(), 1))
 	return err

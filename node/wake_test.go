@@ -218,3 +218,22 @@ func TestWakeQueueBounded(t *testing.T) {
 	assert.Greater(t, ttl, 0)
 	assert.LessOrEqual(t, ttl, 1000)
 }
+
+// Waiters the queue cannot hold are refused with ErrInvalidWaiter, before
+// anything is sent.
+func TestWakeQueueInvalidWaiter(t *testing.T) {
+	q := newWakeQueue(t, "redlock:{bad}")
+	for name, w := range map[string]node.Waiter{
+		"empty id":        {ID: "", Ticket: 1, Lease: time.Second},
+		"space in id":     {ID: "a b", Ticket: 1, Lease: time.Second},
+		"newline in id":   {ID: "a\n5 b", Ticket: 1, Lease: time.Second},
+		"negative ticket": {ID: "a/1", Ticket: -1, Lease: time.Second},
+	} {
+		_, err := q.n.AcquireQueued(q.ctx, q.key, q.fence, "t", time.Minute, w)
+		require.ErrorIs(t, err, node.ErrInvalidWaiter, name)
+	}
+	_, err := q.n.ReleaseQueued(q.ctx, q.key, "t", "a b", reserve)
+	require.ErrorIs(t, err, node.ErrInvalidWaiter)
+	require.ErrorIs(t, q.n.LeaveWakeQueue(q.ctx, q.key, "", reserve), node.ErrInvalidWaiter)
+	assert.Empty(t, q.s.Keys("*"), "nothing written")
+}

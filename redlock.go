@@ -270,7 +270,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// the client contends again and again).
 		lc.waiter = c.newWaiter(*lc, true)
 		p = pace{queued: true}
-		rw = c.watchReleases(ctx, c.lockKey(resource), &lc.waiter.Waiter)
+		rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
 	case p.gated && !held:
 		// Contended lately: listen before the first attempt, so that a
 		// refusal needs no second one; and after a release of this client,
@@ -299,15 +299,11 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 				// subscribed): on nodes with wake queues, queued from now on
 				// (a release wakes the first waiter only); otherwise through
 				// the gate, as other waiters may try too.
-				var w *node.Waiter
 				if lc.waiter == nil && c.queued {
 					lc.waiter = c.newWaiter(*lc, true)
 					p.queued = true
 				}
-				if lc.waiter != nil {
-					w = &lc.waiter.Waiter
-				}
-				rw = c.watchReleases(ctx, c.lockKey(resource), w)
+				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
 				p.gated = !p.queued
 				if !p.farBehind(lc.waiter) {
 					continue

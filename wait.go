@@ -118,11 +118,13 @@ type releaseWatch struct {
 // a waiter woken by a release that learns, before it sends its attempt, that
 // another client's waiter took the lock, drops the attempt (see stagger).
 //
-// In fair mode (w not nil) it listens on w's own channel, on every node: a
-// release wakes the head of each node's queue only, every node orders the
-// queue alike, and so a node that is down, paused or slow (the gate of the
-// default mode) cannot make a waiter miss its turn.
-func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) *releaseWatch {
+// A queued waiter (w not nil: fair mode, or the default mode's wake queue)
+// listens on every node, on its own channel where the node keeps its queue
+// (place.channelOn): a release wakes the first waiter of each node's queue
+// only, every node orders the queue alike, and so a node that is down, paused
+// or slow (the gate of the unqueued default mode) cannot make a waiter miss
+// its turn.
+func (c *Client) watchReleases(ctx context.Context, key string, w *place) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
@@ -130,14 +132,12 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 	if len(nodes) >= 3 && w == nil {
 		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
 	}
-	channel := key
-	if w != nil {
-		channel = node.WaiterChannel(key, w.ID)
-	}
 	var watchers []node.Watcher
+	var channels []string
 	for _, nd := range nodes {
-		if w, ok := nd.(node.Watcher); ok {
-			watchers = append(watchers, w)
+		if wr, ok := nd.(node.Watcher); ok {
+			watchers = append(watchers, wr)
+			channels = append(channels, w.channelOn(nd, key))
 		}
 	}
 	rw.noted = make([]atomic.Bool, len(watchers))
@@ -151,7 +151,7 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *node.Waiter) 
 			if w == nil { // fair mode has no announced grants
 				taken = rw.watch(ctx, watcher, node.TakenChannel(key))
 			}
-			ch, stop, err := watcher.Watch(ctx, channel)
+			ch, stop, err := watcher.Watch(ctx, channels[i])
 			rw.addStop(stop)
 			confirmed <- err == nil && stop != nil
 			if ch == nil {
@@ -260,6 +260,23 @@ func drain(ch <-chan struct{}) {
 	case <-ch:
 	default:
 	}
+}
+
+// channelOn returns the channel on which node n tells waiter w (nil: a
+// waiter that is not queued) that key was released: w's own on a node that
+// keeps w's queue, the key's otherwise (a node without that queue wakes every
+// waiter there).
+func (w *place) channelOn(n node.Node, key string) string {
+	if w == nil {
+		return key
+	}
+	if _, ok := n.(node.WakeQueuer); ok && w.loose {
+		return node.WaiterChannel(key, w.ID)
+	}
+	if _, ok := n.(node.Queuer); ok && !w.loose {
+		return node.WaiterChannel(key, w.ID)
+	}
+	return key
 }
 
 // stop ends the watch.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -80,13 +81,32 @@ func startEmbedded(n int) ([]*miniredis.Miniredis, []string, error) {
 	for range n {
 		m := miniredis.NewMiniRedis()
 		m.ClockTTL(true) // TTLs run down with the clock, as in a real Redis
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		if err := startBelowEphemeral(m); err != nil {
 			return servers, nil, fmt.Errorf("start embedded node: %w", err)
 		}
 		servers = append(servers, m)
 		urls = append(urls, "redis://"+m.Addr())
 	}
 	return servers, urls, nil
+}
+
+// The demo's nodes listen on ports below the kernel's usual ephemeral range
+// (32768–60999 on Linux): a node killed and restarted on its address must not
+// find it taken meanwhile by the local port of some outgoing connection (of
+// this process or of another on the machine), as a port chosen by the kernel
+// (":0") could be.
+const demoPortMin, demoPortMax = 20000, 32000
+
+// startBelowEphemeral starts m on a free port in [demoPortMin, demoPortMax).
+func startBelowEphemeral(m *miniredis.Miniredis) error {
+	var err error
+	for range 100 {
+		port := demoPortMin + mrand.IntN(demoPortMax-demoPortMin)
+		if err = m.StartAddr(fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // killMinority kills a minority of the nodes (locking still works), then one

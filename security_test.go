@@ -109,21 +109,7 @@ func TestMinimalACL(t *testing.T) {
 	other, err := redlock.Dial([]string{url}, redlock.WithRetryBackoff(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
 	defer other.Close()
-	l, err := c.TryLock(ctxT(t, 5*time.Second), "acl-job")
-	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l2, err := other.Lock(ctxT(t, 8*time.Second), "acl-job")
-		if err == nil {
-			err = l2.Release(context.Background())
-		}
-		got <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // the waiter subscribes, then its first attempt fails
-	start := time.Now()
-	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
-	require.NoError(t, <-got)
-	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by its 10s backoff")
+	wokenByRelease(t, s, c, other, "acl-job")
 
 	// INFO, for the restart quarantine and the same-instance check; nothing else.
 	conn, err := redis.Dial("tcp", s.Addr(), redis.DialUsername("locker"), redis.DialPassword("lock-pw"))
@@ -191,19 +177,27 @@ func TestMinimalACLFair(t *testing.T) {
 		redlock.WithRetryBackoff(10*time.Second, 10*time.Second))
 	require.NoError(t, err)
 	defer other.Close()
-	l, err := c.TryLock(ctxT(t, 5*time.Second), "fair-acl")
+	wokenByRelease(t, s, c, other, "fair-acl")
+}
+
+// wokenByRelease has holder take resource on s, other wait for it (its
+// backoff must be longer than 5 s), and checks that holder's release wakes
+// other: it gets the lock well before its backoff would have run out.
+func wokenByRelease(t *testing.T, s *redistest.Server, holder, other *redlock.Client, resource string) {
+	t.Helper()
+	l, err := holder.TryLock(ctxT(t, 5*time.Second), resource)
 	require.NoError(t, err)
 	got := make(chan error, 1)
 	go func() {
-		l2, err := other.Lock(ctxT(t, 8*time.Second), "fair-acl")
+		l2, err := other.Lock(ctxT(t, 8*time.Second), resource)
 		if err == nil {
 			err = l2.Release(context.Background())
 		}
 		got <- err
 	}()
-	waitListening(t, []*redistest.Server{s}, "redlock:{fair-acl}")
+	waitListening(t, []*redistest.Server{s}, redlock.LockKey("redlock:", resource))
 	start := time.Now()
 	require.NoError(t, l.Release(ctxT(t, 5*time.Second)))
 	require.NoError(t, <-got)
-	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by its 10s backoff")
+	assert.Less(t, time.Since(start), 5*time.Second, "woken by the release, not by its backoff")
 }

@@ -138,17 +138,50 @@ func (c *Client) leaveQueue(key string, w *place, granted bool) {
 
 // leaveOn removes waiter w from key's queue on node i, if the node keeps one.
 func (c *Client) leaveOn(i int, key string, w *place) {
+	q, ok := w.queueOn(c.nodes[i])
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
 	defer cancel()
-	var err error
-	if q, ok := c.nodes[i].(node.WakeQueuer); ok && w.loose {
-		err = q.LeaveWakeQueue(ctx, key, w.ID, wokenReserve)
-	} else if q, ok := c.nodes[i].(node.Queuer); ok && !w.loose {
-		err = q.LeaveQueue(ctx, key, w.ID)
-	}
-	if err != nil {
+	if err := q.leave(ctx, key, w.ID); err != nil {
 		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)
 	}
+}
+
+// waiterQueue is the queue a node keeps for a waiter: the default mode's
+// wake queue (wake set) or fair mode's queue (fair set).
+type waiterQueue struct {
+	wake node.WakeQueuer
+	fair node.Queuer
+}
+
+// queueOn returns the queue node n keeps for w: the wake queue for a loose
+// waiter, fair mode's queue otherwise; ok is false when n keeps none (the
+// adapter modules' nodes).
+func (w *place) queueOn(n node.Node) (q waiterQueue, ok bool) {
+	if w.loose {
+		q.wake, ok = n.(node.WakeQueuer)
+	} else {
+		q.fair, ok = n.(node.Queuer)
+	}
+	return q, ok
+}
+
+// acquire is the attempt of lock l by waiter w through the queue.
+func (q waiterQueue) acquire(ctx context.Context, l *Lock, w node.Waiter) (node.Acquired, error) {
+	if q.wake != nil {
+		return q.wake.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
+	}
+	return q.fair.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
+}
+
+// leave takes waiter id out of key's queue.
+func (q waiterQueue) leave(ctx context.Context, key, id string) error {
+	if q.wake != nil {
+		return q.wake.LeaveWakeQueue(ctx, key, id, wokenReserve)
+	}
+	return q.fair.LeaveQueue(ctx, key, id)
 }
 
 // leaveLate is an acquisition round's reply hook in fair mode: a node that

@@ -77,15 +77,12 @@ func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquire
 // queue when w is loose), where the node has one.
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-		if q, ok := n.(node.WakeQueuer); ok && w.loose {
-			a, err := q.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, w.Waiter)
-			return l.observe(i, a, err)
+		q, ok := w.queueOn(n)
+		if !ok {
+			return l.acquireOn(ctx, i, n)
 		}
-		if q, ok := n.(node.Queuer); ok && !w.loose {
-			a, err := q.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w.Waiter)
-			return l.observe(i, a, err)
-		}
-		return l.acquireOn(ctx, i, n)
+		a, err := q.acquire(ctx, l, w.Waiter)
+		return l.observe(i, a, err)
 	}
 }
 

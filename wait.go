@@ -270,13 +270,10 @@ func (w *place) channelOn(n node.Node, key string) string {
 	if w == nil {
 		return key
 	}
-	if _, ok := n.(node.WakeQueuer); ok && w.loose {
-		return node.WaiterChannel(key, w.ID)
+	if _, ok := w.queueOn(n); !ok {
+		return key
 	}
-	if _, ok := n.(node.Queuer); ok && !w.loose {
-		return node.WaiterChannel(key, w.ID)
-	}
-	return key
+	return node.WaiterChannel(key, w.ID)
 }
 
 // stop ends the watch.

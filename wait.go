@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
 )
 
 // queue lines up this client's goroutines waiting in Lock for one resource, so
@@ -94,11 +95,10 @@ type releaseWatch struct {
 	notify chan struct{}
 	taken  chan struct{} // a woken waiter's grant was announced (node.TakenChannel) since the last release
 
-	// heard counts the nodes that notified a release since the last reset
-	// (fair and queued waiters, who listen on every node: see gather).
-	heard atomic.Int32
-	noted []atomic.Bool // per watched node: counted in heard
-	need  int           // nodes whose notification makes a majority of the client's nodes
+	// noted: per watched node, whether it notified a release since the last
+	// gather (queued waiters listen on every node).
+	noted []atomic.Bool
+	need  int // notifying nodes that make a majority of the client's nodes (at most the watched ones)
 
 	mu    sync.Mutex
 	stops []func()
@@ -141,7 +141,7 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *place) *relea
 		}
 	}
 	rw.noted = make([]atomic.Bool, len(watchers))
-	rw.need = min(len(watchers), len(c.nodes)/2+1)
+	rw.need = min(len(watchers), quorum.Majority(len(c.nodes)))
 	confirmed := make(chan bool, len(watchers))
 	for i, watcher := range watchers {
 		rw.wg.Add(1)
@@ -201,9 +201,7 @@ func (rw *releaseWatch) forward(i int, released, taken <-chan struct{}) {
 	for {
 		select {
 		case <-released:
-			if !rw.noted[i].Swap(true) {
-				rw.heard.Add(1)
-			}
+			rw.noted[i].Store(true)
 			drain(taken)
 			drain(rw.taken)
 			poke(rw.notify)
@@ -224,10 +222,10 @@ func (rw *releaseWatch) drain() { drain(rw.notify) }
 // on their way, be refused there, and try again. It then forgets the nodes
 // heard, and the pending notification.
 func (rw *releaseWatch) gather(ctx context.Context, d time.Duration) {
-	if rw.heard.Load() < int32(rw.need) {
+	if rw.heard() < rw.need {
 		t := time.NewTimer(d)
 	wait:
-		for rw.heard.Load() < int32(rw.need) {
+		for rw.heard() < rw.need {
 			select {
 			case <-rw.notify:
 			case <-t.C:
@@ -239,11 +237,21 @@ func (rw *releaseWatch) gather(ctx context.Context, d time.Duration) {
 		t.Stop()
 	}
 	for i := range rw.noted {
-		if rw.noted[i].Swap(false) {
-			rw.heard.Add(-1)
-		}
+		rw.noted[i].Store(false)
 	}
 	rw.drain()
+}
+
+// heard returns how many watched nodes notified a release since the last
+// gather.
+func (rw *releaseWatch) heard() int {
+	n := 0
+	for i := range rw.noted {
+		if rw.noted[i].Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // poke makes a value pending on ch (capacity 1), unless one is already.

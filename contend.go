@@ -27,8 +27,9 @@ import (
 // client's release is gated: it asks one node first, the gate, the same for
 // every client (a hash of the key, skipping nodes this client saw fail), and
 // asks the others only once the gate said yes. Exactly one waiter passes the
-// gate; the others cost one command and go back to waiting. Safety is untouched: a grant is still SET NX on a majority
-// within the validity, measured from the start of the attempt.
+// gate; the others cost one command and go back to waiting. Safety is
+// untouched: a grant is still SET NX on a majority within the validity,
+// measured from the start of the attempt.
 //
 // What gating cannot prevent (clients disagreeing on the gate, a gate that
 // does not answer, a first attempt racing a gated one) can still split the

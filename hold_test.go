@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -155,14 +154,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		buf.Reset() // count only this round's refusals
 		l, err := holder.TryLock(ctx, res)
 		require.NoError(t, err)
-		// TryLock returned at its majority: the third SET may still be on its
-		// way, and a waiter's attempt landing first would be granted there.
-		for _, s := range servers {
-			require.Eventually(t, func() bool {
-				n, err := redis.Int(s.Do("EXISTS", "redlock:{"+res+"}"))
-				return err == nil && n == 1
-			}, 10*time.Second, time.Millisecond)
-		}
+		heldEverywhere(t, servers, "redlock:{"+res+"}")
 		got := make(chan *redlock.Lock, 1)
 		go func() {
 			w, err := waiter.Lock(ctx, res)

@@ -17,9 +17,9 @@ var fairLeaveSrc string
 var fairReleaseSrc string
 
 var (
-	fairAcquireScript = newScript(4, fairAcquireSrc)
-	fairLeaveScript   = newScript(2, fairLeaveSrc)
-	fairReleaseScript = newScript(3, fairReleaseSrc)
+	fairAcquireScript = newGrantScript("fairacquire", 4, 1, fairAcquireSrc)
+	fairLeaveScript   = newScript("fairleave", 2, 0, fairLeaveSrc)
+	fairReleaseScript = newScript("fairrelease", 3, 1, fairReleaseSrc)
 )
 
 // Waiter is a place in a lock key's waiters' queue (fair mode).

@@ -192,23 +192,72 @@ var writeFenceSrc string
 var raiseFenceSrc string
 
 var (
-	acquireScript = newScript(2, acquireSrc)
-	releaseScript = newScript(1, releaseSrc)
-	extendScript  = newScript(1, extendSrc)
-	fenceScript   = newScript(2, writeFenceSrc)
-	raiseScript   = newScript(1, raiseFenceSrc)
+	acquireScript = newGrantScript("acquire", 2, 1, acquireSrc)
+	releaseScript = newScript("release", 1, 1, releaseSrc)
+	extendScript  = newScript("extend", 1, 1, extendSrc)
+	fenceScript   = newScript("writefence", 2, 1, writeFenceSrc)
+	raiseScript   = newScript("raisefence", 1, 0, raiseFenceSrc)
 )
 
 // script is a Lua script sent by SHA-1 (EVALSHA), and in full (EVAL) when the
 // server answers NOSCRIPT.
 type script struct {
+	name      string // the .lua file it comes from, without the extension
 	keys      int
+	lock      int // the lock key's position in KEYS (1-based); 0: the script takes none
 	src, hash string
+	// grants: the script can create the lock key or overwrite it
+	// with a new token, that is grant a lock. Every guard that must refuse
+	// grants (the restart quarantine) refuses every such script: see
+	// newGrantScript and grantScript.
+	grants bool
 }
 
-func newScript(keys int, src string) *script {
+// scripts holds every script of the package, by SHA-1 and by source, so that
+// a guard can tell from a command alone whether it may grant a lock, and a
+// test can enumerate them all (Scripts).
+var scripts = struct {
+	all           []*script
+	byHash, bySrc map[string]*script
+}{byHash: map[string]*script{}, bySrc: map[string]*script{}}
+
+// newScript defines a script that cannot grant a lock (it never creates or
+// overwrites the lock key with a new token).
+func newScript(name string, keys, lock int, src string) *script {
+	return register(name, keys, lock, src, false)
+}
+
+// newGrantScript defines a script that can grant a lock: the restart
+// quarantine refuses it (before it is sent, and on a connection dialed while
+// the node is quarantined: grantScript).
+func newGrantScript(name string, keys, lock int, src string) *script {
+	return register(name, keys, lock, src, true)
+}
+
+func register(name string, keys, lock int, src string, grants bool) *script {
 	h := sha1.Sum([]byte(src))
-	return &script{keys: keys, src: src, hash: hex.EncodeToString(h[:])}
+	s := &script{name: name, keys: keys, lock: lock, src: src, hash: hex.EncodeToString(h[:]), grants: grants}
+	scripts.all = append(scripts.all, s)
+	scripts.byHash[s.hash] = s
+	scripts.bySrc[s.src] = s
+	return s
+}
+
+// grantScript reports whether a command runs a script that can grant a lock
+// (EVALSHA of its SHA-1, or EVAL of its source, the fallback on NOSCRIPT).
+func grantScript(cmd string, args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	s, _ := args[0].(string)
+	var sc *script
+	switch {
+	case strings.EqualFold(cmd, "EVALSHA"):
+		sc = scripts.byHash[s]
+	case strings.EqualFold(cmd, "EVAL"):
+		sc = scripts.bySrc[s]
+	}
+	return sc != nil && sc.grants
 }
 
 // Hash returns the script's SHA-1, as EVALSHA takes it.
@@ -323,14 +372,8 @@ func (r *Redis) AcquireAnnounced(ctx context.Context, key, fenceKey, token strin
 	return r.acquire(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds(), TakenChannel(key))
 }
 
-// acquire runs an acquisition script (its reply is AcquireScript's), unless
-// the node is in quarantine.
+// acquire runs an acquisition script (its reply is AcquireScript's).
 func (r *Redis) acquire(ctx context.Context, s *script, keysAndArgs ...any) (Acquired, error) {
-	if r.quarantine != nil {
-		if err := r.quarantine.refusal(); err != nil {
-			return Acquired{}, err
-		}
-	}
 	reply, err := r.eval(ctx, s, keysAndArgs...)
 	if err != nil {
 		return Acquired{}, err
@@ -376,8 +419,16 @@ func (r *Redis) flag(ctx context.Context, s *script, keysAndArgs ...any) (bool, 
 }
 
 // eval runs a script by SHA-1, and sends its source when the server does not
-// have it (NOSCRIPT: after a restart or SCRIPT FLUSH).
+// have it (NOSCRIPT: after a restart or SCRIPT FLUSH). A script that can grant
+// a lock is refused while the node is quarantined, whichever method runs it;
+// a connection dialed for this very call, which may be the one that detects
+// the restart, refuses it too (quarantinedConn).
 func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
+	if s.grants && r.quarantine != nil {
+		if err := r.quarantine.refusal(); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	args := make([]any, 0, 2+len(keysAndArgs))

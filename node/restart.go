@@ -13,7 +13,8 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// ErrQuarantined is the error (reachable with errors.Is) of an Acquire refused by
+// ErrQuarantined is the error (reachable with errors.Is) of an acquisition
+// (any call that runs a script that can grant a lock: Script.Grants) refused by
 // the client because the node restarted less than the quarantine ago (see
 // WithRestartQuarantine). No request was sent to the node.
 var ErrQuarantined = errors.New("node: quarantined after a restart")
@@ -74,8 +75,10 @@ func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
 // Sentinel failover), for d from now whatever its uptime. A quarantine is only
 // ever extended, never shortened. See RestartGuard. A
 // restart closes every open connection, so the first call after it dials and sees
-// the new process before anything reaches it. While quarantined, Acquire returns a
-// *QuarantineError (errors.Is ErrQuarantined) without sending the SET, which the
+// the new process before anything reaches it. While quarantined, every call that could grant a lock
+// (Acquire, AcquireAnnounced, AcquireQueued, AcquireFair: the scripts whose
+// Script.Grants is true) returns a *QuarantineError (errors.Is ErrQuarantined)
+// without sending the script, which the
 // lock client counts as a failed vote; Release, Extend and WriteFence work as
 // usual, so holders can still clean up. A node that started less than d before the
 // client first connects is quarantined too: the client cannot know what it held.
@@ -221,7 +224,8 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 }
 
 // quarantinedConn is a connection dialed while its node was quarantined: it
-// refuses the acquire script until the quarantine ends, and passes everything
+// refuses every script that can grant a lock (grantScript) until the
+// quarantine ends, and passes everything
 // else through. Acquire checks the quarantine before it sends, but the dial that
 // detects a restart may be the one made for that very call; the connection is
 // what stops its SET. The pipelining mux asks the connection (check) before it
@@ -237,24 +241,8 @@ var (
 	_ redis.ConnWithTimeout = (*quarantinedConn)(nil)
 )
 
-// isAcquire reports whether a command runs the acquire script (EVALSHA, or the
-// EVAL fallback on NOSCRIPT).
-func isAcquire(cmd string, args []any) bool {
-	if len(args) == 0 {
-		return false
-	}
-	s, _ := args[0].(string)
-	switch {
-	case strings.EqualFold(cmd, "EVALSHA"):
-		return s == acquireScript.Hash()
-	case strings.EqualFold(cmd, "EVAL"):
-		return s == acquireSrc
-	}
-	return false
-}
-
 func (c *quarantinedConn) check(cmd string, args []any) error {
-	if isAcquire(cmd, args) {
+	if grantScript(cmd, args) {
 		return c.q.refusal()
 	}
 	return nil

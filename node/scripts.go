@@ -21,6 +21,31 @@ func (s Script) Hash() string { return s.s.hash }
 // Keys returns how many of the script's arguments are keys.
 func (s Script) Keys() int { return s.s.keys }
 
+// Name returns the name of the script's .lua file, without the extension
+// ("acquire", "wakeacquire", …).
+func (s Script) Name() string { return s.s.name }
+
+// LockKey returns the position (1-based) of the lock key among the script's
+// keys, or 0 when the script takes none (it works on the fence counter or a
+// queue only).
+func (s Script) LockKey() int { return s.s.lock }
+
+// Grants reports whether the script can grant a lock: create the lock key
+// or overwrite it with a new token. A node must refuse every such
+// script while it refuses grants (the restart quarantine); the others
+// (release, extend, fence writes, leaving a queue) go through, so that
+// holders can still clean up.
+func (s Script) Grants() bool { return s.s.grants }
+
+// Scripts returns every script a node runs, in the order they are defined.
+func Scripts() []Script {
+	all := make([]Script, len(scripts.all))
+	for i, s := range scripts.all {
+		all[i] = Script{s}
+	}
+	return all
+}
+
 // The scripts behind the Node methods, with their arguments (all sent as
 // strings; a TTL in whole milliseconds, a fence as a decimal uint64).
 var (

@@ -23,9 +23,9 @@ var wakeLeaveSrc string
 
 // The wake queue's scripts share the functions of wakequeue.lua, prepended.
 var (
-	wakeAcquireScript = newScript(4, wakeQueueSrc+wakeAcquireSrc)
-	wakeReleaseScript = newScript(3, wakeQueueSrc+wakeReleaseSrc)
-	wakeLeaveScript   = newScript(3, wakeQueueSrc+wakeLeaveSrc)
+	wakeAcquireScript = newGrantScript("wakeacquire", 4, 1, wakeQueueSrc+wakeAcquireSrc)
+	wakeReleaseScript = newScript("wakerelease", 3, 1, wakeQueueSrc+wakeReleaseSrc)
+	wakeLeaveScript   = newScript("wakeleave", 3, 1, wakeQueueSrc+wakeLeaveSrc)
 )
 
 // WakeQueuer is a Node with a loose waiters' queue per lock key, the lock

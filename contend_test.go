@@ -441,15 +441,31 @@ func TestReleaseWakesOneWaitingClient(t *testing.T) {
 // and one that is closed no longer listens: either way the release wakes the
 // next waiter, which gets the lock although its backoff is a minute.
 func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
-	for _, closed := range []bool{false, true} {
-		t.Run(map[bool]string{false: "gave up", true: "closed"}[closed], func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		closed bool
+		// own: the closed client was made by New over nodes that stay open
+		// (their subscriptions linger): its waiter must leave the queues
+		// before Close returns, or releases keep waking it.
+		own bool
+	}{
+		{name: "gave up"},
+		{name: "closed", closed: true},
+		{name: "closed, nodes stay open", closed: true, own: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			servers := redistest.StartN(t, 3)
 			ctx := ctxT(t, 30*time.Second)
 			held, err := dialed(t, servers).Lock(ctx, "gone")
 			require.NoError(t, err)
 			heldEverywhere(t, servers, "redlock:{gone}")
 
-			early := dialed(t, servers, redlock.WithRetryBackoff(time.Minute, time.Minute))
+			var early *redlock.Client
+			if tc.own {
+				early = ownNodes(t, servers, redlock.WithRetryBackoff(time.Minute, time.Minute))
+			} else {
+				early = dialed(t, servers, redlock.WithRetryBackoff(time.Minute, time.Minute))
+			}
 			ectx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			gaveUp := make(chan error, 1)
@@ -473,20 +489,41 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 			_, order, locks := waitingClients(ctx, t, servers, "gone", 1)
 			require.Eventually(t, queuedOnAll(2), 10*time.Second, time.Millisecond)
 
-			if closed {
+			if tc.closed {
 				require.NoError(t, early.Close())
+				require.True(t, queuedOnAll(1)(), "Close returns once its waiter left every queue")
 			} else {
 				cancel()
 				require.Eventually(t, queuedOnAll(1), 10*time.Second, time.Millisecond, "the waiter that gave up left")
 			}
 			err = <-gaveUp
 			require.ErrorIs(t, err, redlock.ErrNotAcquired)
-			if closed {
+			if tc.closed {
 				require.ErrorIs(t, err, redlock.ErrClosed, "Close ends a waiting Lock at once")
 			}
+			start := time.Now()
 			require.NoError(t, held.Release(ctx))
 			require.Equal(t, 0, <-order)
+			handoff := time.Since(start)
+			assert.Less(t, handoff, 50*time.Millisecond, "the live waiter acquires within 50 ms of the release")
 			require.NoError(t, (<-locks[0]).Release(ctx))
 		})
 	}
+}
+
+// ownNodes is redlock.New over nodes dialed here, which stay open after the
+// client's Close (until the test ends).
+func ownNodes(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	nodes := make([]node.Node, len(servers))
+	for i, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { n.Close() })
+		nodes[i] = n
+	}
+	c, err := redlock.New(nodes, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
 }

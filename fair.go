@@ -120,17 +120,13 @@ func queuedAhead(replies []quorum.Reply[node.Acquired], need int) int {
 // told by the attempt's round (leaveLate), and those that grant it after the
 // release are released with it (undoStraggler). Otherwise it leaves every
 // node's queue now, in the background (a waiter that cannot be removed is
-// dropped when its lease runs out).
+// dropped when its lease runs out). The Lock call is registered (enterCall):
+// a Close that ended it waits for these leaves.
 func (c *Client) leaveQueue(key string, w *place, granted bool) {
 	w.over.Store(true)
 	if granted {
 		return
 	}
-	end, err := c.begin()
-	if err != nil {
-		return
-	}
-	defer end()
 	for i := range c.nodes {
 		c.spawn(func() { c.leaveOn(i, key, w) })
 	}

@@ -28,6 +28,7 @@ type Client struct {
 
 	mu     sync.RWMutex // guards closed; held (read) while background work is started
 	closed bool
+	calls  sync.WaitGroup // Lock calls (and fair TryLocks) in progress: Close waits for them to leave the queues
 	bg     sync.WaitGroup
 	stop   chan struct{} // closed by Close: background probes end
 
@@ -168,7 +169,9 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 // Close waits for background work (releases of stragglers, bounded by the node
 // timeout) and, for a Client made by Dial, closes the nodes. Locks taken from the
 // client cannot be extended or released afterwards; Lock calls waiting for their
-// next attempt return at once, their error wrapping ErrNotAcquired and ErrClosed.
+// next attempt return at once, their error wrapping ErrNotAcquired and ErrClosed,
+// and Close returns once they have left the nodes' waiters' queues (each node
+// bounded by the node timeout), so that no release wakes them after Close.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -178,6 +181,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stop)
+	c.calls.Wait() // they end at once (c.stop), and spawn their leaving of the queues
 	c.bg.Wait()
 	if !c.owned {
 		return nil
@@ -201,8 +205,22 @@ func (c *Client) begin() (end func(), err error) {
 	return c.mu.RUnlock, nil
 }
 
+// enterCall registers a Lock call (or a fair TryLock): Close waits for it to
+// end, and for the background work it started, its leaving of the queues
+// included. It fails once the client is closed.
+func (c *Client) enterCall() (done func(), err error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	c.calls.Add(1)
+	return c.calls.Done, nil
+}
+
 // spawn runs f in a goroutine that Close waits for. It is called only while an
-// operation holds c.mu for reading, or from a goroutine spawn already tracks.
+// operation holds c.mu for reading, from a call registered by enterCall, or
+// from a goroutine spawn already tracks.
 func (c *Client) spawn(f func()) {
 	c.bg.Add(1)
 	go func() {
@@ -234,6 +252,11 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 // refused, or from the first when the resource was refused lately (lockWait).
 // Either leaves the queues when the call is over.
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+	done, err := c.enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if c.cfg.fair {
 		lc.waiter = c.newWaiter(lc, false)
 	}
@@ -351,6 +374,11 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	if !c.cfg.fair {
 		return c.try(ctx, resource, lc, false)
 	}
+	done, err := c.enterCall()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	lc.waiter = c.newWaiter(lc, false)
 	l, err := c.try(ctx, resource, lc, false)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)

@@ -18,8 +18,8 @@ type queue struct {
 	poke    chan struct{}   // wakes the head when a lock of this client is released
 }
 
-// enterQueue waits until the caller is at the head of resource's queue, or ctx
-// ends. The returned leave must be called in both cases.
+// enterQueue waits until the caller is at the head of resource's queue, ctx
+// ends, or the client is closed (ErrClosed). The returned leave must be called in both cases.
 func (c *Client) enterQueue(ctx context.Context, resource string) (poke <-chan struct{}, leave func(), err error) {
 	me := make(chan struct{})
 	c.qmu.Lock()
@@ -56,6 +56,8 @@ func (c *Client) enterQueue(ctx context.Context, resource string) (poke <-chan s
 		return q.poke, leave, nil
 	case <-ctx.Done():
 		return q.poke, leave, ctx.Err()
+	case <-c.stop:
+		return q.poke, leave, ErrClosed
 	}
 }
 

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -12,6 +13,61 @@ import (
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/redistest"
 )
+
+// Every entry point that takes a context refuses a nil one with an error
+// matching ErrInvalid, and does not panic; the lock is still usable after.
+func TestNilContext(t *testing.T) {
+	c, _ := cluster(t, 3)
+	ctx := ctxT(t, 10*time.Second)
+	l, err := c.TryLock(ctx, "nil-ctx")
+	require.NoError(t, err)
+	m, err := c.LockMulti(ctx, []string{"nil-ctx-a", "nil-ctx-b"})
+	require.NoError(t, err)
+	fn := func(context.Context) error { return nil }
+	var nilCtx context.Context // a variable: staticcheck flags a literal nil
+
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"Client.Lock", func() error { _, err := c.Lock(nilCtx, "r"); return err }},
+		{"Client.TryLock", func() error { _, err := c.TryLock(nilCtx, "r"); return err }},
+		{"Client.Do", func() error { return c.Do(nilCtx, "r", fn) }},
+		{"Client.LockMulti", func() error { _, err := c.LockMulti(nilCtx, []string{"r"}); return err }},
+		{"Client.DoMulti", func() error { return c.DoMulti(nilCtx, []string{"r"}, fn) }},
+		{"Lock.Extend", func() error { return l.Extend(nilCtx) }},
+		{"Lock.Fence", func() error { _, err := l.Fence(nilCtx); return err }},
+		{"Lock.Release", func() error { return l.Release(nilCtx) }},
+		{"Lock.Context", func() error {
+			lctx, cancel := l.Context(nilCtx)
+			defer cancel()
+			require.Error(t, lctx.Err(), "the context has already ended")
+			return context.Cause(lctx)
+		}},
+		{"Lock.Keep", func() error {
+			kctx, cancel := l.Keep(nilCtx)
+			defer cancel()
+			require.Error(t, kctx.Err(), "the context has already ended")
+			return context.Cause(kctx)
+		}},
+		{"MultiLock.Extend", func() error { return m.Extend(nilCtx) }},
+		{"MultiLock.Release", func() error { return m.Release(nilCtx) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { err = tt.call() })
+			require.ErrorIs(t, err, redlock.ErrInvalid)
+			assert.Contains(t, err.Error(), "nil context")
+		})
+	}
+	// Nothing was released or changed by the refused calls.
+	require.NoError(t, l.Extend(ctx))
+	_, err = l.Fence(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, m.Release(ctx))
+}
 
 // A failed acquisition's message says what each node answered.
 func TestQuorumErrorNamesEveryAnswer(t *testing.T) {

@@ -28,7 +28,7 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("redlock: client closed")
 	// ErrInvalid wraps every error about bad input: options, node lists,
-	// resource names.
+	// resource names, a nil context.
 	ErrInvalid = errors.New("redlock: invalid argument")
 	// ErrNodeDown is the error of a call that was not sent because the node's
 	// circuit breaker is open: the node failed several calls in a row by timing out
@@ -40,6 +40,26 @@ var (
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// errNilContext is the error of an entry point called with a nil context.
+var errNilContext = invalid("nil context (use context.Background() or context.TODO())")
+
+// checkContext returns an error matching ErrInvalid when ctx is nil: entry
+// points call it first, so that a nil context is an error, not a panic.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext
+	}
+	return nil
+}
+
+// endedContext returns a context that has already ended with cause err, for
+// the entry points that return a context (Lock.Context, Lock.Keep).
+func endedContext(err error) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(err)
+	return ctx, func() {}
 }
 
 // NodeError is the failure of one node in a quorum operation.

@@ -215,6 +215,9 @@ func (c *Client) spawn(f func()) {
 // jitter until it succeeds or ctx ends. On failure the error wraps ErrNotAcquired
 // and, when ctx ended, ctx.Err().
 func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(resource, opts)
 	if err != nil {
 		return nil, err
@@ -333,6 +336,9 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 // TryLock makes one attempt to acquire the lock on resource. On failure the error
 // wraps ErrNotAcquired.
 func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(resource, opts)
 	if err != nil {
 		return nil, err

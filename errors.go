@@ -62,6 +62,43 @@ func endedContext(err error) (context.Context, context.CancelFunc) {
 	return ctx, func() {}
 }
 
+// joinErrors is errors.Join on one line: the messages are separated by "; "
+// instead of newlines, so that the error fits a log line. Nil errors are
+// dropped; it returns nil when all are.
+func joinErrors(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if j, ok := err.(*lineJoin); ok {
+			kept = append(kept, j.errs...)
+			continue
+		}
+		kept = append(kept, err)
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return &lineJoin{errs: kept}
+}
+
+// lineJoin is the error of joinErrors.
+type lineJoin struct{ errs []error }
+
+func (e *lineJoin) Error() string {
+	parts := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		parts[i] = strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e *lineJoin) Unwrap() []error { return e.errs }
+
 // NodeError is the failure of one node in a quorum operation.
 type NodeError struct {
 	// Node is the node's name (host:port/db for dialed nodes).

@@ -65,3 +65,14 @@ func TestQuorumErrorMessage(t *testing.T) {
 		})
 	}
 }
+
+func TestJoinErrors(t *testing.T) {
+	a, b, c := errors.New("a"), errors.New("b\nc"), errors.New("c")
+	assert.NoError(t, joinErrors(nil, nil))
+	assert.Same(t, a, joinErrors(nil, a))
+	j := joinErrors(joinErrors(a, b), nil, c)
+	assert.Equal(t, "a; b; c; c", j.Error())
+	assert.ErrorIs(t, j, a)
+	assert.ErrorIs(t, j, b)
+	assert.ErrorIs(t, j, c)
+}

@@ -159,7 +159,8 @@ func (c *Client) doOptions(resource string, fn func(context.Context) error, opts
 // error; when the lock was lost while fn ran, the error also matches
 // ErrLockLost, and when the maximum hold time ended fn's context, ErrMaxHold.
 // Renewal never re-takes a lock that lapsed. A nil ctx, a nil fn or an
-// invalid option is an error matching ErrInvalid, before anything is sent.
+// invalid option is an error matching ErrInvalid, before anything is sent. Its
+// errors are one line each: fn's error and the loss are joined by "; ".
 func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...DoOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -363,9 +364,9 @@ func hold(ctx context.Context, locks []*Lock, h holdConfig, fn func(context.Cont
 
 	switch {
 	case errors.Is(cause, ErrLockLost):
-		return errors.Join(fnErr, cause)
+		return joinErrors(fnErr, cause)
 	case fnErr != nil && errors.Is(cause, ErrMaxHold):
-		return errors.Join(fnErr, ErrMaxHold)
+		return joinErrors(fnErr, ErrMaxHold)
 	case fnErr != nil:
 		return fnErr
 	case errors.Is(relErr, ErrLockLost):
@@ -382,7 +383,7 @@ func releaseAll(ctx context.Context, locks []*Lock) error {
 	defer cancel()
 	var errs error
 	for i := len(locks) - 1; i >= 0; i-- {
-		errs = errors.Join(errs, locks[i].Release(rctx))
+		errs = joinErrors(errs, locks[i].Release(rctx))
 	}
 	return errs
 }
@@ -435,7 +436,7 @@ func extendAll(ctx context.Context, locks []*Lock, margin time.Duration) (failed
 			c.log(ctx, slog.LevelWarn, "renewal refused: lock lost", l.key, l.token)
 			return failed, err
 		}
-		failed = errors.Join(failed, err)
+		failed = joinErrors(failed, err)
 	}
 	return failed, nil
 }

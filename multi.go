@@ -105,7 +105,7 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 	}
 	var errs error
 	for _, l := range m.locks {
-		errs = errors.Join(errs, l.Extend(ctx))
+		errs = joinErrors(errs, l.Extend(ctx))
 	}
 	return errs
 }
@@ -117,7 +117,7 @@ func (m *MultiLock) Release(ctx context.Context) error {
 	}
 	var errs error
 	for i := len(m.locks) - 1; i >= 0; i-- {
-		errs = errors.Join(errs, m.locks[i].Release(ctx))
+		errs = joinErrors(errs, m.locks[i].Release(ctx))
 	}
 	return errs
 }

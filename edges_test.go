@@ -69,6 +69,31 @@ func TestNilContext(t *testing.T) {
 	require.NoError(t, m.Release(ctx))
 }
 
+// Close returns within the node timeout when a node is paused: the
+// acquisition's straggler on it times out, and the cleanup release that
+// follows is given up at the node timeout after Close began instead of taking
+// a node timeout of its own.
+func TestCloseWithPausedNode(t *testing.T) {
+	const nodeTimeout = time.Second
+	c, servers := cluster(t, 3, redlock.WithNodeTimeout(nodeTimeout))
+	ctx := ctxT(t, 10*time.Second)
+	l, err := c.TryLock(ctx, "close-paused") // connects to every node
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	servers[2].Pause()
+	defer servers[2].Resume()
+	l, err = c.TryLock(ctx, "close-paused") // decided by the two others
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	start := time.Now()
+	require.NoError(t, c.Close())
+	elapsed := time.Since(start)
+	// Before: a node timeout for the straggler, then one for its release (2s).
+	assert.Less(t, elapsed, nodeTimeout+nodeTimeout/2, "Close took %v with a node timeout of %v", elapsed, nodeTimeout)
+	_, err = c.TryLock(ctx, "close-paused")
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+}
+
 // A failed acquisition's message says what each node answered.
 func TestQuorumErrorNamesEveryAnswer(t *testing.T) {
 	servers := redistest.StartN(t, 2)

@@ -25,7 +25,8 @@ var (
 	// ErrUnavailable means too few nodes answered to know the outcome of an
 	// extension or release; the lock stays valid at most until its Until.
 	ErrUnavailable = errors.New("redlock: nodes unavailable")
-	// ErrClosed means the Client was closed.
+	// ErrClosed means the Client was closed: no operation starts on it any
+	// more.
 	ErrClosed = errors.New("redlock: client closed")
 	// ErrInvalid wraps every error about bad input: options, node lists,
 	// resource names, a nil context.

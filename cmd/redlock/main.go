@@ -37,6 +37,18 @@ Examples:
   redlock run nightly-report -- ./report.sh --date today
   redlock status nightly-report
 
+Exit status of redlock run:
+  N     COMMAND's exit status (128+N if signal N killed it)
+  1     the lock was lost while COMMAND ran, and COMMAND exited 0
+  2     usage error: the command line does not parse
+  69    not acquired: failed nodes (unreachable, refusing the password, timing
+        out) made a majority impossible; COMMAND did not run
+  75    not acquired: the lock is held by another owner; COMMAND did not run
+  78    bad configuration: node URLs, credentials or TLS files, option values
+  126   COMMAND could not be started
+  127   COMMAND not found
+  128+N redlock got signal N while waiting for the lock
+
 Run "redlock COMMAND --help" for the flags of a command, "redlock --version" for
 the version.
 `
@@ -158,10 +170,19 @@ func dashAt(args, rest []string) bool {
 	return i >= 0 && args[i] == "--"
 }
 
-// usageError reports a usage error and returns exit status 2.
+// usageError reports a usage error (a command line that does not parse) and
+// returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, args ...any) int {
 	fmt.Fprintf(stderr, "redlock %s: %s\nRun \"redlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
-	return 2
+	return exitUsage
+}
+
+// configError reports a bad configuration (a command line that parses, or an
+// environment, that gives wrong values: node URLs, credential or TLS files,
+// option values) and returns exit status 78 (EX_CONFIG).
+func configError(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "redlock %s: %s\nRun \"redlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitConfig
 }
 
 // flagHelp lists the flags of fs the way they are typed: --name VALUE.

@@ -130,8 +130,11 @@ func (ns *nodeSet) describeQuorum(qe *redlock.QuorumError, timeout time.Duration
 		fmt.Fprintf(&b, "held elsewhere (%d of %d nodes refused)", qe.Refused, qe.Nodes)
 	case qe.Refused == 0:
 		fmt.Fprintf(&b, "too few nodes reachable: %d of %d failed, a majority of %d is needed", qe.Failed, qe.Nodes, qe.Need)
+	case qe.Refused > qe.Nodes-qe.Need:
+		fmt.Fprintf(&b, "held elsewhere (%d of %d nodes refused, and %d failed)", qe.Refused, qe.Nodes, qe.Failed)
 	default:
-		fmt.Fprintf(&b, "held elsewhere on %d of %d nodes, and %d failed (a majority of %d is needed)", qe.Refused, qe.Nodes, qe.Failed, qe.Need)
+		fmt.Fprintf(&b, "too few nodes reachable: %d of %d failed, and %d refused (held elsewhere on too few nodes to deny a majority by themselves); a majority of %d is needed",
+			qe.Failed, qe.Nodes, qe.Refused, qe.Need)
 	}
 	for _, e := range qe.Errs {
 		fmt.Fprintf(&b, "\n  node %s: %s", e.Node, describeNodeErr(e.Err, timeout))

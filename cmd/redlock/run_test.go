@@ -248,7 +248,7 @@ func TestRunUnreachable(t *testing.T) {
 	down1, down2 := freeURL(t), freeURL(t)
 	up := redistest.Start(t)
 	r := runCLI("run", "--nodes", down1+","+up.URL()+","+down2, "job", "--", "true")
-	assert.Equal(t, 75, r.code)
+	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, `lock "job" not acquired in one attempt (--wait 0): too few nodes reachable: 2 of 3 failed`)
 	assert.Contains(t, r.stderr, "connection refused")
 	assert.Contains(t, r.stderr, "node "+strings.TrimPrefix(down1, "redis://")+"/0:")
@@ -273,15 +273,18 @@ func TestRunBadNodes(t *testing.T) {
 	for _, tt := range tests {
 		for _, cmd := range [][]string{{"run", "--nodes", tt.nodes, "job", "--", "true"}, {"status", "--nodes", tt.nodes, "job"}} {
 			r := runCLI(cmd...)
-			assert.Equal(t, 2, r.code, "%v", cmd)
+			assert.Equal(t, exitConfig, r.code, "%v", cmd)
 			assert.Contains(t, r.stderr, tt.want, "%v", cmd)
 			assert.NotContains(t, r.stderr, "s3cret", "%v: no password in messages", cmd)
 			assert.Contains(t, r.stderr, "--help", "%v", cmd)
 		}
 	}
-	t.Setenv(envNodes, "redis://u:s3cret@h:x")
 	r := runCLI("run", "job", "--", "true")
-	assert.Equal(t, 2, r.code)
+	assert.Equal(t, exitConfig, r.code)
+	assert.Contains(t, r.stderr, "no nodes: give --nodes")
+	t.Setenv(envNodes, "redis://u:s3cret@h:x")
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "REDLOCK_NODES: node 1 of 1: invalid URL")
 	assert.NotContains(t, r.stderr, "s3cret")
 }
@@ -301,14 +304,15 @@ func TestRunAndStatusUsage(t *testing.T) {
 		{[]string{"help", "run"}, 0, "REDLOCK_FENCE"},
 		{[]string{"run", "--bogus", "job", "--", "true"}, 2, "flag provided but not defined: -bogus"},
 		{[]string{"run", "--ttl", "soon", "job", "--", "true"}, 2, `invalid value "soon" for flag -ttl`},
-		{[]string{"run", "--ttl", "0s", "job", "--", "true"}, 2, "--ttl 0s: must be positive"},
-		{[]string{"run", "--wait", "-1s", "job", "--", "true"}, 2, "--wait -1s: must not be negative"},
-		{[]string{"run", "--ttl", "1500us", "job", "--", "true"}, 2, "whole number of milliseconds"},
-		{[]string{"run", "--key-prefix", "a{b", "job", "--", "true"}, 2, "must not contain braces"},
+		{[]string{"run", "--ttl", "0s", "job", "--", "true"}, exitConfig, "--ttl 0s: must be positive"},
+		{[]string{"run", "--wait", "-1s", "job", "--", "true"}, exitConfig, "--wait -1s: must not be negative"},
+		{[]string{"run", "--ttl", "1500us", "job", "--", "true"}, exitConfig, "whole number of milliseconds"},
+		{[]string{"run", "--ttl", "2ms", "job", "--", "true"}, exitConfig, "TTL 2ms is too short for its own drift allowance 2.02ms"},
+		{[]string{"run", "--key-prefix", "a{b", "job", "--", "true"}, exitConfig, "must not contain braces"},
 		{[]string{"status"}, 2, "redlock status: missing the lock NAME"},
 		{[]string{"status", "job", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"status", "--help"}, 0, "Usage: redlock status [flags] NAME"},
-		{[]string{"status", "--timeout", "0s", "job"}, 2, "--timeout 0s: must be positive"},
+		{[]string{"status", "--timeout", "0s", "job"}, exitConfig, "--timeout 0s: must be positive"},
 		{[]string{"--help"}, 0, "redlock run [flags] NAME -- COMMAND"},
 	}
 	for _, tt := range tests {

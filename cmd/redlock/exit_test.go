@@ -60,6 +60,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"COMMAND's status", []string{"--nodes", all, "job"}, []string{"sh", "-c", "exit 3"}, 3, ""},
 		{"COMMAND succeeded", []string{"--nodes", all, "job"}, []string{"true"}, 0, ""},
 		{"usage: unknown flag", []string{"--bogus", "job"}, nil, exitUsage, "flag provided but not defined: -bogus"},
+		{"usage: duration without unit", []string{"--nodes", all, "--ttl", "5", "job"}, nil, exitUsage, "did you mean 5s?"},
 		{"usage: no COMMAND", []string{"--nodes", all, "job", "--"}, []string{}, exitUsage, "missing COMMAND"},
 
 		{"unavailable: nodes unreachable", []string{"--nodes", down1 + "," + a.URL() + "," + down2, "job"}, nil, exitUnavailable,
@@ -79,6 +80,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"held elsewhere, --wait", []string{"--nodes", all, "--wait", "300ms", "held"}, nil, exitTempFail, "not acquired within 300ms: held elsewhere"},
 
 		{"config: bad URL", []string{"--nodes", "redis://127.0.0.1:port", "job"}, nil, exitConfig, "--nodes: node 1 of 1: invalid URL"},
+		{"config: empty --nodes", []string{"--nodes", "", "job"}, nil, exitConfig, `--nodes "": no node URLs`},
 		{"config: TLS file", []string{"--nodes", "rediss://" + a.Addr(), "--tls-ca", "/nonexistent/ca.pem", "job"}, nil, exitConfig,
 			"--tls-ca: open /nonexistent/ca.pem"},
 		{"config: password file", []string{"--nodes", all, "--password-file", "/nonexistent/pw", "job"}, nil, exitConfig,
@@ -86,6 +88,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"config: option out of range", []string{"--nodes", all, "--wait", "-1s", "job"}, nil, exitConfig, "--wait -1s: must not be negative"},
 		{"config: TTL within the drift allowance", []string{"--nodes", all, "--ttl", "2ms", "job"}, nil, exitConfig,
 			"TTL 2ms is too short for its own drift allowance 2.02ms"},
+		{"config: TTL too short to renew", []string{"--nodes", all, "--ttl", "20ms", "job"}, nil, exitConfig, "--ttl 20ms: too short"},
 		{"config: one server named twice", []string{"--nodes", a.URL() + ",redis://" + alias, "job"}, nil, exitConfig, "same Redis instance"},
 
 		{"COMMAND not executable", []string{"--nodes", all, "job"}, []string{notExec}, exitCannotStart, "permission denied"},
@@ -146,7 +149,7 @@ func TestNotAcquiredStatus(t *testing.T) {
 // outcome was decided (or after --wait ended in the middle of the attempt)
 // are waited for when they could make the status 75.
 func TestNotAcquiredWaitsForTheLastAnswers(t *testing.T) {
-	ns, err := parseNodes("redis://a,redis://b,redis://c")
+	ns, err := parseNodes("redis://a,redis://b,redis://c", true)
 	require.NoError(t, err)
 	refuse := redlock.NodeReplyEvent{Op: "acquire"}
 	fail := redlock.NodeReplyEvent{Op: "acquire", Err: errors.New("connect: connection refused")}

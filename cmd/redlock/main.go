@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -185,11 +186,50 @@ func configError(stderr io.Writer, cmd, format string, args ...any) int {
 	return exitConfig
 }
 
+// flagGiven reports whether the flag name was on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// durationFlag is a time.Duration flag whose error for a number without a
+// unit says which unit was probably meant.
+type durationFlag struct{ d *time.Duration }
+
+// durationVar defines a duration flag, like fs.DurationVar.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationFlag{p}, name, usage)
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit: did you mean %ss? (units: ms, s, m, h)", s)
+		}
+		return errors.New("not a duration: write it like 500ms, 10s, 5m or 1h30m")
+	}
+	*f.d = d
+	return nil
+}
+
 // flagHelp lists the flags of fs the way they are typed: --name VALUE.
 func flagHelp(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, text := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(durationFlag); ok && arg == "value" {
+			arg = "duration"
+		}
 		switch arg {
 		case "duration":
 			arg = "D"

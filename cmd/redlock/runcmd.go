@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/clock"
 	"github.com/redlock-go/redlock/node"
 )
 
@@ -29,6 +30,11 @@ const (
 	exitCannotStart = 126 // COMMAND found but could not be started
 	exitNotFound    = 127 // COMMAND not found
 )
+
+// minRunTTL is the shortest --ttl redlock run accepts: the lock must be
+// acquired, and renewed every TTL/3, well within the TTL less its drift
+// allowance; below this, a scheduling delay alone loses it.
+const minRunTTL = 100 * time.Millisecond
 
 // envFence names the environment variable that gives COMMAND its fencing token.
 const envFence = "REDLOCK_FENCE"
@@ -74,8 +80,8 @@ Exit status:
         timing out; COMMAND did not run
   75    not acquired: held by another owner (the nodes that refused it alone
         leave no majority); COMMAND did not run
-  78    bad configuration: node URLs, credential or TLS files, option values
-        out of range, a TTL too short for its drift allowance
+  78    bad configuration: node URLs (an empty --nodes too), credential or TLS
+        files, option values out of range, a TTL too short
   126   COMMAND could not be started
   127   COMMAND not found
   128+N redlock got signal N while waiting for the lock
@@ -132,10 +138,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	var o runOptions
 	flags := newFlagSet("run", stderr)
 	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
-	flags.DurationVar(&o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3")
-	flags.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
-	flags.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
-	flags.DurationVar(&o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
+	durationVar(flags, &o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3 (at least "+minRunTTL.String()+")")
+	durationVar(flags, &o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
+	durationVar(flags, &o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
+	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
 	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	o.conn.register(flags)
 	help := fmt.Sprintf(runHelpText, flagHelp(flags), connEnvHelp)
@@ -156,7 +162,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			return configError(stderr, "run", "%v", err)
 		}
 	}
-	ns, err := parseNodes(o.nodes)
+	ns, err := parseNodes(o.nodes, flagGiven(flags, "nodes"))
 	if err == nil {
 		err = o.conn.apply(ns)
 	}
@@ -174,6 +180,12 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 	r.client = client
+	// The library refuses a TTL within its drift allowance (above); a lock
+	// that must be renewed while COMMAND runs needs more.
+	if o.ttl < minRunTTL {
+		return configError(stderr, "run", "--ttl %v: too short: redlock run must take the lock and renew it (every TTL/3) "+
+			"well within the TTL less its drift allowance (%v); give at least %v", o.ttl, clock.Drift(o.ttl, clock.DefaultDriftFactor), minRunTTL)
+	}
 
 	// A command that cannot be found is reported before the lock is taken.
 	cmd := exec.Command(argv[0], argv[1:]...)

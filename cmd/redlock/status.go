@@ -36,8 +36,8 @@ Exit status:
   1   fewer than a majority answered: whether the lock is held cannot be told
   2   usage error: the command line does not parse (unknown flag, a value that
       is not a duration, missing NAME, an argument after NAME)
-  78  bad configuration: node URLs, credential or TLS files, option values out
-      of range
+  78  bad configuration: node URLs (an empty --nodes too), credential or TLS
+      files, option values out of range
 
 Examples:
   redlock status nightly-report
@@ -61,7 +61,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
 	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	var timeout time.Duration
-	flags.DurationVar(&timeout, "timeout", 2*time.Second, "how long to wait for each node")
+	durationVar(flags, &timeout, "timeout", 2*time.Second, "how long to wait for each node")
 	var conn connFlags
 	conn.register(flags)
 	help := fmt.Sprintf(statusHelpText, flagHelp(flags), connEnvHelp)
@@ -73,7 +73,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	if len(rest) > 0 {
 		return usageError(stderr, "status", "unexpected argument %q after NAME", rest[0])
 	}
-	ns, err := checkStatusArgs(name, *prefix, *nodesFlag, timeout)
+	ns, err := checkStatusArgs(name, *prefix, *nodesFlag, flagGiven(flags, "nodes"), timeout)
 	if err == nil {
 		err = conn.apply(ns)
 	}
@@ -94,7 +94,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // checkStatusArgs validates status's option values and parses its nodes.
-func checkStatusArgs(name, prefix, nodes string, timeout time.Duration) (*nodeSet, error) {
+func checkStatusArgs(name, prefix, nodes string, nodesGiven bool, timeout time.Duration) (*nodeSet, error) {
 	if err := checkDuration("timeout", timeout, false); err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func checkStatusArgs(name, prefix, nodes string, timeout time.Duration) (*nodeSe
 	if len(name) > redlock.MaxResourceLen {
 		return nil, fmt.Errorf("lock name of %d bytes exceeds %d", len(name), redlock.MaxResourceLen)
 	}
-	return parseNodes(nodes)
+	return parseNodes(nodes, nodesGiven)
 }
 
 // readStatuses asks every node at once.

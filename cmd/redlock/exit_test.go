@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,4 +188,23 @@ func TestNotAcquiredWaitsForTheLastAnswers(t *testing.T) {
 			assert.Contains(t, reason, tt.reason)
 		})
 	}
+}
+
+// 128+N: a signal while redlock waits for the lock ends the wait; COMMAND
+// does not run.
+func TestRunSignalWhileWaiting(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	holdLock(t, servers, "job")
+	marker := filepath.Join(t.TempDir(), "ran")
+	done := startRunCLI("run", "--nodes", nodesFlag(servers), "--wait", "60s", "job", "--", "touch", marker)
+	// Refused, the waiter queues on the nodes for the holder's release: it is
+	// waiting then, with its signal handler in place.
+	queue, _ := node.WakeQueueKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "job"))
+	require.Eventually(t, func() bool { return len(servers[0].Keys(queue)) == 1 }, 30*time.Second, 5*time.Millisecond,
+		"redlock run did not start waiting")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	r := waitResult(t, done)
+	assert.Equal(t, 128+int(syscall.SIGTERM), r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stderr, `waiting for lock "job" interrupted by signal: terminated`)
+	assert.NoFileExists(t, marker)
 }

@@ -138,7 +138,7 @@ func (c *Client) leaveOn(i int, key string, w *place) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
 	if err := q.leave(ctx, key, w.ID); err != nil {
 		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)

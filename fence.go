@@ -38,6 +38,9 @@ func WithFence() LockOption {
 // Fence fails with ErrLockLost when the write-back cannot reach a majority of
 // nodes that still hold the lock, and with ErrUnavailable when ctx ends first.
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
+	if err := checkContext(ctx); err != nil {
+		return 0, err
+	}
 	end, err := l.c.begin()
 	if err != nil {
 		return 0, err

@@ -158,9 +158,13 @@ func (c *Client) doOptions(resource string, fn func(context.Context) error, opts
 // ran out while Lock returned); Do then returns the cause. Do returns fn's
 // error; when the lock was lost while fn ran, the error also matches
 // ErrLockLost, and when the maximum hold time ended fn's context, ErrMaxHold.
-// Renewal never re-takes a lock that lapsed. A nil fn or an invalid option is
-// an error matching ErrInvalid, before anything is sent.
+// Renewal never re-takes a lock that lapsed. A nil ctx, a nil fn or an
+// invalid option is an error matching ErrInvalid, before anything is sent. Its
+// errors are one line each: fn's error and the loss are joined by "; ".
 func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...DoOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	lockOpts, h, err := c.doOptions(resource, fn, opts)
 	if err != nil {
 		return err
@@ -177,9 +181,12 @@ func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Co
 // when the lock is released; or when parent ends. Its cause (context.Cause)
 // matches ErrLockLost when the lease ran out or the lock was released. A lease
 // that has already ended gives a context that has already ended. An invalid or
-// inapplicable option ends it at once with a cause matching ErrInvalid. Call
-// cancel to free its resources.
+// inapplicable option, or a nil parent, ends it at once with a cause matching
+// ErrInvalid. Call cancel to free its resources.
 func (l *Lock) Context(parent context.Context, opts ...HoldOption) (context.Context, context.CancelFunc) {
+	if err := checkContext(parent); err != nil {
+		return endedContext(err)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	h, err := holdOptions(opts)
 	if err == nil {
@@ -205,10 +212,13 @@ func (l *Lock) Context(parent context.Context, opts ...HoldOption) (context.Cont
 // time (cause ErrMaxHold). A lease that has already ended gives a context that
 // has already ended. Calling cancel stops the renewal; it does not release the
 // lock. Options: WithRenewEvery (default TTL/3), WithSafetyMargin (default
-// TTL/10), WithMaxHold (default DefaultMaxHold); an invalid one ends the
-// context at once with a cause matching ErrInvalid. Do is Lock, then Keep
-// around fn, then Release.
+// TTL/10), WithMaxHold (default DefaultMaxHold); an invalid one, or a nil
+// parent, ends the context at once with a cause matching ErrInvalid. Do is
+// Lock, then Keep around fn, then Release.
 func (l *Lock) Keep(parent context.Context, opts ...HoldOption) (context.Context, context.CancelFunc) {
+	if err := checkContext(parent); err != nil {
+		return endedContext(err)
+	}
 	h, err := holdOptions(opts)
 	if err == nil {
 		h, err = h.forKeep(l.ttl, clock.Drift(l.ttl, l.c.cfg.driftFactor))
@@ -354,9 +364,9 @@ func hold(ctx context.Context, locks []*Lock, h holdConfig, fn func(context.Cont
 
 	switch {
 	case errors.Is(cause, ErrLockLost):
-		return errors.Join(fnErr, cause)
+		return joinErrors(fnErr, cause)
 	case fnErr != nil && errors.Is(cause, ErrMaxHold):
-		return errors.Join(fnErr, ErrMaxHold)
+		return joinErrors(fnErr, ErrMaxHold)
 	case fnErr != nil:
 		return fnErr
 	case errors.Is(relErr, ErrLockLost):
@@ -373,7 +383,7 @@ func releaseAll(ctx context.Context, locks []*Lock) error {
 	defer cancel()
 	var errs error
 	for i := len(locks) - 1; i >= 0; i-- {
-		errs = errors.Join(errs, locks[i].Release(rctx))
+		errs = joinErrors(errs, locks[i].Release(rctx))
 	}
 	return errs
 }
@@ -426,7 +436,7 @@ func extendAll(ctx context.Context, locks []*Lock, margin time.Duration) (failed
 			c.log(ctx, slog.LevelWarn, "renewal refused: lock lost", l.key, l.token)
 			return failed, err
 		}
-		failed = errors.Join(failed, err)
+		failed = joinErrors(failed, err)
 	}
 	return failed, nil
 }

@@ -76,6 +76,8 @@ func TestDoPausedMajorityEndsContextBeforeLease(t *testing.T) {
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, redlock.ErrLockLost)
+	require.ErrorIs(t, err, context.Canceled, "fn's error is kept")
+	assert.NotContains(t, err.Error(), "\n", "one line: %q", err.Error())
 	assert.True(t, ended.Before(start.Add(ttl)), "fn's context must end before the lease: ended %v after start", ended.Sub(start))
 }
 

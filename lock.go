@@ -185,6 +185,9 @@ func (l *Lock) lease() (until time.Time, released bool) {
 // left its key behind), and with ErrUnavailable when too few nodes answered to
 // tell; in that case Until is unchanged. ctx bounds the wait, as does Until.
 func (l *Lock) Extend(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -248,6 +251,9 @@ func (l *Lock) extend(ctx context.Context) error {
 // (it had expired: the protected work may not have been exclusive), and
 // ErrUnavailable when too few nodes answered. Releasing twice returns nil.
 func (l *Lock) Release(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()

@@ -21,6 +21,9 @@ type MultiLock struct {
 // resources already taken are released and the error is that of the resource
 // that could not be taken.
 func (c *Client) LockMulti(ctx context.Context, resources []string, opts ...LockOption) (*MultiLock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	if len(resources) == 0 {
 		return nil, invalid("no resources")
 	}
@@ -97,18 +100,24 @@ func (m *MultiLock) Until() time.Time {
 
 // Extend extends every lock; it returns the errors of those that failed.
 func (m *MultiLock) Extend(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	var errs error
 	for _, l := range m.locks {
-		errs = errors.Join(errs, l.Extend(ctx))
+		errs = joinErrors(errs, l.Extend(ctx))
 	}
 	return errs
 }
 
 // Release releases every lock, in reverse order of acquisition.
 func (m *MultiLock) Release(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	var errs error
 	for i := len(m.locks) - 1; i >= 0; i-- {
-		errs = errors.Join(errs, m.locks[i].Release(ctx))
+		errs = joinErrors(errs, m.locks[i].Release(ctx))
 	}
 	return errs
 }
@@ -117,6 +126,9 @@ func (m *MultiLock) Release(ctx context.Context) error {
 // like LockMulti, renewed together; fn's context ends when any of them can no
 // longer be trusted. fn is not called when that has already happened.
 func (c *Client) DoMulti(ctx context.Context, resources []string, fn func(ctx context.Context) error, opts ...DoOption) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	if len(resources) == 0 {
 		return invalid("no resources")
 	}

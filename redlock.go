@@ -31,6 +31,10 @@ type Client struct {
 	calls  sync.WaitGroup // Lock calls (and fair TryLocks) in progress: Close waits for them to leave the queues
 	bg     sync.WaitGroup
 	stop   chan struct{} // closed by Close: background probes end
+	// cleanup bounds background node calls (cleanup releases): it ends a node
+	// timeout after Close began, so that Close returns within the node timeout.
+	cleanup       context.Context
+	cancelCleanup context.CancelFunc
 
 	breakers []*breaker // per node; nil for a node without a breaker (health.go)
 
@@ -67,6 +71,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
 		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
+	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.queued = true
 	for i, n := range nodes {
 		if _, ok := n.(node.WakeQueuer); !ok {
@@ -166,12 +171,15 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close waits for background work (releases of stragglers, bounded by the node
-// timeout) and, for a Client made by Dial, closes the nodes. Locks taken from the
-// client cannot be extended or released afterwards; Lock calls waiting for their
-// next attempt return at once, their error wrapping ErrNotAcquired and ErrClosed,
-// and Close returns once they have left the nodes' waiters' queues (each node
-// bounded by the node timeout), so that no release wakes them after Close.
+// Close waits for background work (releases of stragglers) for at most the
+// node timeout, and, for a Client made by Dial, closes the nodes: a paused or
+// hung node does not hold it longer. A cleanup release that has not landed by
+// then is given up; its key expires by itself within the TTL. Locks taken from
+// the client cannot be extended or released afterwards (their calls return an
+// error matching ErrClosed); Lock calls waiting for their next attempt return
+// at once, their error wrapping ErrNotAcquired and ErrClosed, and Close returns
+// once they have left the nodes' waiters' queues (within the same bound), so
+// that no release wakes them after Close.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -181,8 +189,14 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stop)
+	// Calls already on the wire end within the node timeout by themselves;
+	// the cleanups they lead to (a straggler's release, leaving the queues)
+	// end with c.cleanup.
+	giveUp := time.AfterFunc(c.cfg.nodeTimeout, c.cancelCleanup)
 	c.calls.Wait() // they end at once (c.stop), and spawn their leaving of the queues
 	c.bg.Wait()
+	giveUp.Stop()
+	c.cancelCleanup()
 	if !c.owned {
 		return nil
 	}
@@ -233,6 +247,9 @@ func (c *Client) spawn(f func()) {
 // jitter until it succeeds or ctx ends. On failure the error wraps ErrNotAcquired
 // and, when ctx ended, ctx.Err().
 func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(resource, opts)
 	if err != nil {
 		return nil, err
@@ -356,6 +373,9 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 // TryLock makes one attempt to acquire the lock on resource. On failure the error
 // wraps ErrNotAcquired.
 func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	lc, err := c.lockConfig(resource, opts)
 	if err != nil {
 		return nil, err
@@ -529,7 +549,7 @@ func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) 
 
 // releaseNow sends a cleanup release to node i through its breaker.
 func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
 	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
 		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)

@@ -422,7 +422,7 @@ func TestErrorsAs(t *testing.T) {
 	var ne *redlock.NodeError
 	require.True(t, errors.As(wrapped, &ne))
 	assert.Equal(t, "n1", ne.Node)
-	assert.Contains(t, wrapped.Error(), "0 of 3 nodes agreed (need 2)")
+	assert.Contains(t, wrapped.Error(), "acquire on 3 nodes (2 needed): 0 agreed")
 }
 
 // An attempt whose majority cannot answer within the lease gives up then, even

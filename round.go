@@ -99,6 +99,7 @@ func (f flight[T]) fail(ctx context.Context, resource string, kind error, o quor
 		}
 	}
 	if !o.Decided {
+		qe.undecided = true
 		qe.Cause = ctx.Err()
 		if qe.Cause == nil {
 			qe.Cause = undecided
@@ -110,5 +111,5 @@ func (f flight[T]) fail(ctx context.Context, resource string, kind error, o quor
 // failed is the error of an operation that failed before any node was asked.
 func (c *Client) failed(op, resource string, kind, cause error) *QuorumError {
 	return &QuorumError{Op: op, Resource: resource, Kind: kind,
-		Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: cause}
+		Need: quorum.Majority(len(c.nodes)), Nodes: len(c.nodes), Cause: cause, notSent: true}
 }

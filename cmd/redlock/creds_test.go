@@ -75,7 +75,7 @@ func TestRunPasswords(t *testing.T) {
 	t.Run("wrong password", func(t *testing.T) {
 		t.Setenv(envPassword, "wrong-s3cret")
 		r := runCLI("run", "--nodes", plain, "job", "--", "true")
-		assert.Equal(t, exitTempFail, r.code)
+		assert.Equal(t, exitUnavailable, r.code, "a node refusing the password is a failed node, not a lock held elsewhere")
 		assert.Contains(t, r.stderr, "WRONGPASS")
 		assert.NotContains(t, r.stderr, "wrong-s3cret")
 		r = runCLI("status", "--nodes", plain, "job")
@@ -98,7 +98,7 @@ func TestRunPasswords(t *testing.T) {
 			{[]string{"--tls-ca", file}, "node 1 (redis://" + s.Addr() + "/0) is redis://"},
 		} {
 			r := runCLI(append(append([]string{"run", "--nodes", plain}, tt.args...), "job", "--", "true")...)
-			assert.Equal(t, exitUsage, r.code, "%v", tt.args)
+			assert.Equal(t, exitConfig, r.code, "%v", tt.args)
 			assert.Contains(t, r.stderr, tt.want, "%v", tt.args)
 			assert.NotContains(t, r.stderr, "s3cret")
 		}
@@ -124,7 +124,7 @@ func TestDashBeforeNameAndVersion(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, `"--" given before NAME`)
 	r = runCLI("run", "--", "-odd", "--", "true")
-	assert.Equal(t, exitTempFail, r.code, "-- NAME -- COMMAND: the lock -odd, not a usage error: %s", r.stderr)
+	assert.Equal(t, exitUnavailable, r.code, "-- NAME -- COMMAND: the lock -odd, not a usage error: %s", r.stderr)
 	assert.Contains(t, r.stderr, `lock "-odd" not acquired`)
 	r = runCLI("status", "--", "-odd")
 	assert.Equal(t, 1, r.code, r.stderr)
@@ -153,7 +153,7 @@ func TestRunAndStatusTLS(t *testing.T) {
 	t.Setenv(envTLSCert, f.ClientCert)
 	t.Setenv(envTLSKey, f.ClientKey)
 	r = runCLI("run", "job", "--", "true")
-	assert.Equal(t, exitTempFail, r.code, "no CA: the system's roots do not know the test CA")
+	assert.Equal(t, exitUnavailable, r.code, "no CA: the system's roots do not know the test CA")
 	assert.Contains(t, r.stderr, "certificate signed by unknown authority")
 	r = runCLI("run", "--tls-skip-verify", "job", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
@@ -161,7 +161,7 @@ func TestRunAndStatusTLS(t *testing.T) {
 	r = runCLI("run", "job", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
 	r = runCLI("run", "--tls-skip-verify=false", "job", "--", "true")
-	assert.Equal(t, exitTempFail, r.code, "the flag wins over the environment")
+	assert.Equal(t, exitUnavailable, r.code, "the flag wins over the environment")
 	t.Setenv(envTLSSkip, "")
 	t.Setenv(envTLSCA, f.CA)
 	r = runCLI("status", "job")
@@ -169,12 +169,12 @@ func TestRunAndStatusTLS(t *testing.T) {
 
 	t.Setenv(envTLSKey, "")
 	r = runCLI("run", "job", "--", "true")
-	assert.Equal(t, exitUsage, r.code)
+	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "--tls-cert and --tls-key go together")
 	t.Setenv(envTLSKey, f.ClientKey)
 	t.Setenv(envTLSCA, f.ClientKey)
 	r = runCLI("run", "job", "--", "true")
-	assert.Equal(t, exitUsage, r.code)
+	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "no PEM certificate")
 }
 
@@ -189,6 +189,6 @@ func TestSameInstanceTwoAddresses(t *testing.T) {
 	assert.Contains(t, r.stdout, "localhost:")
 	assert.Contains(t, r.stdout, "is the same Redis instance as node "+s.Addr()+"/0")
 	r = runCLI("run", "--nodes", nodes, "job", "--", "true")
-	assert.Equal(t, exitTempFail, r.code)
+	assert.Equal(t, exitConfig, r.code, "one server named twice: a bad node list")
 	assert.Contains(t, r.stderr, "same Redis instance")
 }

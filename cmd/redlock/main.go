@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,6 +37,18 @@ Examples:
   export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   redlock run nightly-report -- ./report.sh --date today
   redlock status nightly-report
+
+Exit status of redlock run:
+  N     COMMAND's exit status (128+N if signal N killed it)
+  1     the lock was lost while COMMAND ran, and COMMAND exited 0
+  2     usage error: the command line does not parse
+  69    not acquired: failed nodes (unreachable, refusing the password, timing
+        out) made a majority impossible; COMMAND did not run
+  75    not acquired: the lock is held by another owner; COMMAND did not run
+  78    bad configuration: node URLs, credentials or TLS files, option values
+  126   COMMAND could not be started
+  127   COMMAND not found
+  128+N redlock got signal N while waiting for the lock
 
 Run "redlock COMMAND --help" for the flags of a command, "redlock --version" for
 the version.
@@ -158,10 +171,55 @@ func dashAt(args, rest []string) bool {
 	return i >= 0 && args[i] == "--"
 }
 
-// usageError reports a usage error and returns exit status 2.
+// usageError reports a usage error (a command line that does not parse) and
+// returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, args ...any) int {
 	fmt.Fprintf(stderr, "redlock %s: %s\nRun \"redlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
-	return 2
+	return exitUsage
+}
+
+// configError reports a bad configuration (a command line that parses, or an
+// environment, that gives wrong values: node URLs, credential or TLS files,
+// option values) and returns exit status 78 (EX_CONFIG).
+func configError(stderr io.Writer, cmd, format string, args ...any) int {
+	fmt.Fprintf(stderr, "redlock %s: %s\nRun \"redlock %s --help\" for usage.\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitConfig
+}
+
+// flagGiven reports whether the flag name was on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// durationFlag is a time.Duration flag whose error for a number without a
+// unit says which unit was probably meant.
+type durationFlag struct{ d *time.Duration }
+
+// durationVar defines a duration flag, like fs.DurationVar.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationFlag{p}, name, usage)
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit: did you mean %ss? (units: ms, s, m, h)", s)
+		}
+		return errors.New("not a duration: write it like 500ms, 10s, 5m or 1h30m")
+	}
+	*f.d = d
+	return nil
 }
 
 // flagHelp lists the flags of fs the way they are typed: --name VALUE.
@@ -169,6 +227,9 @@ func flagHelp(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, text := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(durationFlag); ok && arg == "value" {
+			arg = "duration"
+		}
 		switch arg {
 		case "duration":
 			arg = "D"

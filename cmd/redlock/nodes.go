@@ -28,12 +28,18 @@ type nodeSet struct {
 	tls     *tls.Config // rediss:// nodes; nil: the defaults
 }
 
-// parseNodes returns the nodes given by the --nodes flag value or, when it is
-// empty, by REDLOCK_NODES. Errors name the source and the position of a bad URL,
-// never a password.
-func parseNodes(flagValue string) (*nodeSet, error) {
+// parseNodes returns the nodes given by the --nodes flag value or, when the
+// flag was not given, by REDLOCK_NODES. A --nodes given empty is an error, not
+// a fall-back to REDLOCK_NODES: it is usually a variable that is not set
+// (--nodes "$NODES"), and the environment may name other nodes. Errors name
+// the source and the position of a bad URL, never a password.
+func parseNodes(flagValue string, flagGiven bool) (*nodeSet, error) {
 	raw, from := flagValue, "--nodes"
-	if strings.TrimSpace(raw) == "" {
+	if flagGiven && strings.TrimSpace(raw) == "" {
+		return nil, fmt.Errorf("--nodes %q: no node URLs (an unset variable?): give redis://host1:6379,redis://host2:6379,... "+
+			"or leave --nodes out to use %s", raw, envNodes)
+	}
+	if !flagGiven {
 		raw, from = os.Getenv(envNodes), envNodes
 	}
 	if strings.TrimSpace(raw) == "" {
@@ -130,8 +136,11 @@ func (ns *nodeSet) describeQuorum(qe *redlock.QuorumError, timeout time.Duration
 		fmt.Fprintf(&b, "held elsewhere (%d of %d nodes refused)", qe.Refused, qe.Nodes)
 	case qe.Refused == 0:
 		fmt.Fprintf(&b, "too few nodes reachable: %d of %d failed, a majority of %d is needed", qe.Failed, qe.Nodes, qe.Need)
+	case qe.Refused > qe.Nodes-qe.Need:
+		fmt.Fprintf(&b, "held elsewhere (%d of %d nodes refused, and %d failed)", qe.Refused, qe.Nodes, qe.Failed)
 	default:
-		fmt.Fprintf(&b, "held elsewhere on %d of %d nodes, and %d failed (a majority of %d is needed)", qe.Refused, qe.Nodes, qe.Failed, qe.Need)
+		fmt.Fprintf(&b, "too few nodes reachable: %d of %d failed, and %d refused (held elsewhere on too few nodes to deny a majority by themselves); a majority of %d is needed",
+			qe.Failed, qe.Nodes, qe.Refused, qe.Need)
 	}
 	for _, e := range qe.Errs {
 		fmt.Fprintf(&b, "\n  node %s: %s", e.Node, describeNodeErr(e.Err, timeout))

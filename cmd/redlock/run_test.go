@@ -248,7 +248,7 @@ func TestRunUnreachable(t *testing.T) {
 	down1, down2 := freeURL(t), freeURL(t)
 	up := redistest.Start(t)
 	r := runCLI("run", "--nodes", down1+","+up.URL()+","+down2, "job", "--", "true")
-	assert.Equal(t, 75, r.code)
+	assert.Equal(t, exitUnavailable, r.code)
 	assert.Contains(t, r.stderr, `lock "job" not acquired in one attempt (--wait 0): too few nodes reachable: 2 of 3 failed`)
 	assert.Contains(t, r.stderr, "connection refused")
 	assert.Contains(t, r.stderr, "node "+strings.TrimPrefix(down1, "redis://")+"/0:")
@@ -261,7 +261,8 @@ func TestRunBadNodes(t *testing.T) {
 		nodes string
 		want  string
 	}{
-		{"", "no nodes: give --nodes"},
+		{"", `--nodes "": no node URLs (an unset variable?)`},
+		{" ", `--nodes " ": no node URLs`},
 		{"redis://127.0.0.1:7000,redis://user:s3cret@127.0.0.1:port", "--nodes: node 2 of 2: invalid URL"},
 		{"redis://:s3cret@127.0.0.1:99999", `port "99999"`},
 		{"127.0.0.1:6379", `"127.0.0.1:6379" is not a URL: write redis://127.0.0.1:6379`},
@@ -273,17 +274,25 @@ func TestRunBadNodes(t *testing.T) {
 	for _, tt := range tests {
 		for _, cmd := range [][]string{{"run", "--nodes", tt.nodes, "job", "--", "true"}, {"status", "--nodes", tt.nodes, "job"}} {
 			r := runCLI(cmd...)
-			assert.Equal(t, 2, r.code, "%v", cmd)
+			assert.Equal(t, exitConfig, r.code, "%v", cmd)
 			assert.Contains(t, r.stderr, tt.want, "%v", cmd)
 			assert.NotContains(t, r.stderr, "s3cret", "%v: no password in messages", cmd)
 			assert.Contains(t, r.stderr, "--help", "%v", cmd)
 		}
 	}
-	t.Setenv(envNodes, "redis://u:s3cret@h:x")
 	r := runCLI("run", "job", "--", "true")
-	assert.Equal(t, 2, r.code)
+	assert.Equal(t, exitConfig, r.code)
+	assert.Contains(t, r.stderr, "no nodes: give --nodes")
+	t.Setenv(envNodes, "redis://u:s3cret@h:x")
+	r = runCLI("run", "job", "--", "true")
+	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "REDLOCK_NODES: node 1 of 1: invalid URL")
 	assert.NotContains(t, r.stderr, "s3cret")
+	// An empty --nodes is an error, not a fall-back to REDLOCK_NODES.
+	t.Setenv(envNodes, "redis://127.0.0.1:1")
+	r = runCLI("run", "--nodes", "", "job", "--", "true")
+	assert.Equal(t, exitConfig, r.code)
+	assert.Contains(t, r.stderr, `--nodes "": no node URLs`)
 }
 
 func TestRunAndStatusUsage(t *testing.T) {
@@ -300,15 +309,20 @@ func TestRunAndStatusUsage(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "Examples:"},
 		{[]string{"help", "run"}, 0, "REDLOCK_FENCE"},
 		{[]string{"run", "--bogus", "job", "--", "true"}, 2, "flag provided but not defined: -bogus"},
-		{[]string{"run", "--ttl", "soon", "job", "--", "true"}, 2, `invalid value "soon" for flag -ttl`},
-		{[]string{"run", "--ttl", "0s", "job", "--", "true"}, 2, "--ttl 0s: must be positive"},
-		{[]string{"run", "--wait", "-1s", "job", "--", "true"}, 2, "--wait -1s: must not be negative"},
-		{[]string{"run", "--ttl", "1500us", "job", "--", "true"}, 2, "whole number of milliseconds"},
-		{[]string{"run", "--key-prefix", "a{b", "job", "--", "true"}, 2, "must not contain braces"},
+		{[]string{"run", "--ttl", "soon", "job", "--", "true"}, 2, `invalid value "soon" for flag -ttl: not a duration`},
+		{[]string{"run", "--ttl", "5", "job", "--", "true"}, 2, `invalid value "5" for flag -ttl: a duration needs a unit: did you mean 5s?`},
+		{[]string{"run", "--wait", "30", "job", "--", "true"}, 2, "did you mean 30s?"},
+		{[]string{"run", "--ttl", "0s", "job", "--", "true"}, exitConfig, "--ttl 0s: must be positive"},
+		{[]string{"run", "--wait", "-1s", "job", "--", "true"}, exitConfig, "--wait -1s: must not be negative"},
+		{[]string{"run", "--ttl", "1500us", "job", "--", "true"}, exitConfig, "whole number of milliseconds"},
+		{[]string{"run", "--ttl", "2ms", "job", "--", "true"}, exitConfig, "TTL 2ms is too short for its own drift allowance 2.02ms"},
+		{[]string{"run", "--ttl", "50ms", "job", "--", "true"}, exitConfig, "--ttl 50ms: too short"},
+		{[]string{"run", "--key-prefix", "a{b", "job", "--", "true"}, exitConfig, "must not contain braces"},
 		{[]string{"status"}, 2, "redlock status: missing the lock NAME"},
 		{[]string{"status", "job", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"status", "--help"}, 0, "Usage: redlock status [flags] NAME"},
-		{[]string{"status", "--timeout", "0s", "job"}, 2, "--timeout 0s: must be positive"},
+		{[]string{"status", "--timeout", "0s", "job"}, exitConfig, "--timeout 0s: must be positive"},
+		{[]string{"status", "--timeout", "2", "job"}, 2, "did you mean 2s?"},
 		{[]string{"--help"}, 0, "redlock run [flags] NAME -- COMMAND"},
 	}
 	for _, tt := range tests {

@@ -16,16 +16,25 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/clock"
+	"github.com/redlock-go/redlock/node"
 )
 
-// Exit statuses of redlock run besides COMMAND's own.
+// Exit statuses of redlock run besides COMMAND's own (docs/cli.md#exit-status).
 const (
 	exitLost        = 1   // the lock was lost while COMMAND ran, and COMMAND exited 0
-	exitUsage       = 2   // bad flags or arguments
-	exitTempFail    = 75  // EX_TEMPFAIL: the lock was not acquired
+	exitUsage       = 2   // the command line does not parse (the flag package's status)
+	exitUnavailable = 69  // EX_UNAVAILABLE: not acquired, because of failed nodes
+	exitTempFail    = 75  // EX_TEMPFAIL: not acquired, held by another owner
+	exitConfig      = 78  // EX_CONFIG: bad node URLs, credential or TLS files, option values
 	exitCannotStart = 126 // COMMAND found but could not be started
 	exitNotFound    = 127 // COMMAND not found
 )
+
+// minRunTTL is the shortest --ttl redlock run accepts: the lock must be
+// acquired, and renewed every TTL/3, well within the TTL less its drift
+// allowance; below this, a scheduling delay alone loses it.
+const minRunTTL = 100 * time.Millisecond
 
 // envFence names the environment variable that gives COMMAND its fencing token.
 const envFence = "REDLOCK_FENCE"
@@ -48,7 +57,9 @@ foreground of a terminal (then COMMAND can read the terminal). SIGINT, SIGTERM,
 SIGHUP and SIGQUIT received by redlock are passed on to COMMAND.
 
 If the lock is not acquired within --wait (0: a single attempt), COMMAND is not
-run: redlock exits with status 75 (EX_TEMPFAIL) and says why on stderr.
+run: redlock says why on stderr and exits with 75 (EX_TEMPFAIL) when another
+owner holds the lock, or 69 (EX_UNAVAILABLE) when nodes failed; with --wait,
+the last attempt decides.
 
 Flags:
 %s
@@ -63,9 +74,14 @@ Exit status:
   N     COMMAND's exit status; 128+N if signal N killed it
   1     the lock was lost while COMMAND ran (or had expired when it was released)
         and COMMAND exited 0; otherwise COMMAND's non-zero status
-  2     usage error: bad flag, bad node URL, missing NAME or COMMAND
-  75    the lock was not acquired within --wait (held elsewhere, or too few nodes
-        reachable); COMMAND did not run
+  2     usage error: the command line does not parse (unknown flag, a value that
+        is not a duration, missing NAME or COMMAND)
+  69    not acquired because of failed nodes: unreachable, refusing the password,
+        timing out; COMMAND did not run
+  75    not acquired: held by another owner (the nodes that refused it alone
+        leave no majority); COMMAND did not run
+  78    bad configuration: node URLs (an empty --nodes too), credential or TLS
+        files, option values out of range, a TTL too short
   126   COMMAND could not be started
   127   COMMAND not found
   128+N redlock got signal N while waiting for the lock
@@ -122,10 +138,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	var o runOptions
 	flags := newFlagSet("run", stderr)
 	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
-	flags.DurationVar(&o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3")
-	flags.DurationVar(&o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
-	flags.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
-	flags.DurationVar(&o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
+	durationVar(flags, &o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3 (at least "+minRunTTL.String()+")")
+	durationVar(flags, &o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
+	durationVar(flags, &o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
+	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
 	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	o.conn.register(flags)
 	help := fmt.Sprintf(runHelpText, flagHelp(flags), connEnvHelp)
@@ -143,15 +159,32 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		allowZero bool
 	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}} {
 		if err := checkDuration(c.name, c.d, c.allowZero); err != nil {
-			return usageError(stderr, "run", "%v", err)
+			return configError(stderr, "run", "%v", err)
 		}
 	}
-	ns, err := parseNodes(o.nodes)
+	ns, err := parseNodes(o.nodes, flagGiven(flags, "nodes"))
 	if err == nil {
 		err = o.conn.apply(ns)
 	}
 	if err != nil {
-		return usageError(stderr, "run", "%v", err)
+		return configError(stderr, "run", "%v", err)
+	}
+
+	r := &runner{o: o, name: name, ns: ns, answers: newAnswers(ns.names)}
+	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
+		redlock.WithKeyPrefix(o.prefix), redlock.WithNodeOptions(ns.nodeOptions()...),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: r.answers.attempted, OnNodeReply: r.answers.replied,
+			OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
+	if err != nil { // it does not connect: only bad input fails it
+		return configError(stderr, "run", "%s", ns.scrub(invalidMessage(err)))
+	}
+	defer client.Close()
+	r.client = client
+	// The library refuses a TTL within its drift allowance (above); a lock
+	// that must be renewed while COMMAND runs needs more.
+	if o.ttl < minRunTTL {
+		return configError(stderr, "run", "--ttl %v: too short: redlock run must take the lock and renew it (every TTL/3) "+
+			"well within the TTL less its drift allowance (%v); give at least %v", o.ttl, clock.Drift(o.ttl, clock.DefaultDriftFactor), minRunTTL)
 	}
 
 	// A command that cannot be found is reported before the lock is taken.
@@ -171,16 +204,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	outW, errW := childWriters(stdout, stderr)
-	r := &runner{o: o, name: name, ns: ns, cmd: cmd, stdout: outW, stderr: errW}
-	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
-		redlock.WithKeyPrefix(o.prefix), redlock.WithHooks(redlock.Hooks{OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}),
-		redlock.WithNodeOptions(ns.nodeOptions()...))
-	if err != nil {
-		return usageError(stderr, "run", "%s", ns.scrub(invalidMessage(err)))
-	}
-	defer client.Close()
-	r.client = client
+	r.cmd = cmd
+	r.stdout, r.stderr = childWriters(stdout, stderr)
 	return r.run()
 }
 
@@ -193,6 +218,8 @@ type runner struct {
 	cmd    *exec.Cmd
 	stdout io.Writer
 	stderr io.Writer
+
+	answers *answers // the nodes' answers to the acquisition attempts
 
 	mu          sync.Mutex
 	lastRenewal error // the last failed renewal since the last good one
@@ -214,8 +241,9 @@ func (r *runner) run() int {
 	tok, err := l.Fence(context.Background()) // obtained by the acquisition (WithFence): cached
 	if err != nil {
 		r.release(l)
-		r.errorf("lock %q acquired, but no fencing token: %v", r.name, err)
-		return exitTempFail
+		code, reason := r.notAcquired(err)
+		r.errorf("lock %q acquired, but no fencing token: %s", r.name, reason)
+		return code
 	}
 
 	foreground := inForeground(os.Stdin)
@@ -295,19 +323,89 @@ func (r *runner) acquire(sigs <-chan os.Signal) (*redlock.Lock, int) {
 		return l, 0
 	}
 	if errors.Is(err, redlock.ErrInvalid) {
-		return nil, usageError(r.stderr, "run", "%s", r.ns.scrub(invalidMessage(err)))
+		return nil, configError(r.stderr, "run", "%s", r.ns.scrub(invalidMessage(err)))
 	}
 	within := "in one attempt (--wait 0)"
 	if r.o.wait > 0 {
 		within = "within " + r.o.wait.String()
 	}
-	reason := err.Error()
-	var qe *redlock.QuorumError
-	if errors.As(err, &qe) {
-		reason = r.ns.describeQuorum(qe, r.o.nodeTimeout)
-	}
+	code, reason := r.notAcquired(err)
 	r.errorf("lock %q not acquired %s: %s", r.name, within, reason)
-	return nil, exitTempFail
+	return nil, code
+}
+
+// notAcquired returns the exit status and the explanation of a failed
+// acquisition (or fencing-token write-back). The status is 75 when the nodes
+// that refused (the lock is held there by another owner) alone make a
+// majority impossible, and 69 otherwise: nodes that failed (unreachable,
+// refusing the password, timed out) made it impossible, alone or together
+// with fewer refusals. The last attempt decides, with all its answers: an
+// attempt ends as soon as its outcome is known (or when --wait ends), and
+// when the answers still to come could make it 75, they are waited for (up to
+// the node timeout) — a node that is down answers at once, the second node
+// that holds the lock a moment later.
+func (r *runner) notAcquired(err error) (int, string) {
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		return exitUnavailable, r.ns.scrub(err.Error())
+	}
+	if qe.Op == "acquire" && r.answers != nil {
+		n, need := qe.Nodes, qe.Need
+		pending := n - qe.Agreed - qe.Refused - qe.Failed
+		if qe.Refused <= n-need && qe.Refused+pending > n-need {
+			if full, ok := r.lastAttempt(qe); ok {
+				qe = full
+			}
+		}
+	}
+	return notAcquiredStatus(qe.Nodes, qe.Need, qe.Refused, qe.Errs), r.ns.describeQuorum(qe, r.o.nodeTimeout)
+}
+
+// lastAttempt returns the outcome of the last acquisition attempt with every
+// node's answer, waiting for the nodes that have not answered yet (a node
+// call ends within the node timeout); a node that still has not is counted
+// as failed. ok is false when no attempt was made.
+func (r *runner) lastAttempt(qe *redlock.QuorumError) (*redlock.QuorumError, bool) {
+	last, answered, ok := r.answers.lastAttempt(r.o.nodeTimeout + 50*time.Millisecond)
+	if !ok {
+		return nil, false
+	}
+	full := &redlock.QuorumError{Op: qe.Op, Resource: qe.Resource, Kind: qe.Kind, Need: qe.Need, Nodes: qe.Nodes}
+	for i, a := range last {
+		switch {
+		case !answered[i]:
+			full.Failed++
+			full.Errs = append(full.Errs, &redlock.NodeError{Node: r.ns.names[i], Err: context.DeadlineExceeded})
+		case a.ok:
+			full.Agreed++
+		case a.err != nil:
+			full.Failed++
+			full.Errs = append(full.Errs, &redlock.NodeError{Node: r.ns.names[i], Err: a.err})
+		default:
+			full.Refused++
+		}
+	}
+	if full.Agreed >= full.Need {
+		return nil, false // agreed too late, or a mix of attempts: the outcome as decided stands
+	}
+	return full, true
+}
+
+// notAcquiredStatus is the exit status of an acquisition refused by refused of
+// n nodes, need of which had to agree, with the node errors errs: 78 when a
+// node is the same Redis instance as another (the node list is wrong), 75
+// when the refusals alone leave fewer than need nodes that could agree, 69
+// otherwise.
+func notAcquiredStatus(n, need, refused int, errs []*redlock.NodeError) int {
+	for _, e := range errs {
+		if errors.Is(e.Err, node.ErrSameInstance) {
+			return exitConfig
+		}
+	}
+	if refused > n-need {
+		return exitTempFail
+	}
+	return exitUnavailable
 }
 
 // supervise waits for COMMAND while keeping the lock, passes signals on, and

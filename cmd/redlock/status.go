@@ -34,7 +34,10 @@ Environment:
 Exit status:
   0   a majority of the nodes answered (whether the lock is held or not)
   1   fewer than a majority answered: whether the lock is held cannot be told
-  2   usage error: bad flag, bad node URL, missing NAME
+  2   usage error: the command line does not parse (unknown flag, a value that
+      is not a duration, missing NAME, an argument after NAME)
+  78  bad configuration: node URLs (an empty --nodes too), credential or TLS
+      files, option values out of range
 
 Examples:
   redlock status nightly-report
@@ -57,7 +60,8 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	flags := newFlagSet("status", stderr)
 	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
 	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
-	timeout := flags.Duration("timeout", 2*time.Second, "how long to wait for each node")
+	var timeout time.Duration
+	durationVar(flags, &timeout, "timeout", 2*time.Second, "how long to wait for each node")
 	var conn connFlags
 	conn.register(flags)
 	help := fmt.Sprintf(statusHelpText, flagHelp(flags), connEnvHelp)
@@ -66,18 +70,21 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	ns, err := checkStatusArgs(name, rest, *prefix, *nodesFlag, *timeout)
+	if len(rest) > 0 {
+		return usageError(stderr, "status", "unexpected argument %q after NAME", rest[0])
+	}
+	ns, err := checkStatusArgs(name, *prefix, *nodesFlag, flagGiven(flags, "nodes"), timeout)
 	if err == nil {
 		err = conn.apply(ns)
 	}
 	if err != nil {
-		return usageError(stderr, "status", "%v", err)
+		return configError(stderr, "status", "%v", err)
 	}
 	key, fenceKey := redlock.LockKey(*prefix, name), redlock.FenceKey(*prefix, name)
-	statuses := readStatuses(ns, key, fenceKey, *timeout)
+	statuses := readStatuses(ns, key, fenceKey, timeout)
 
 	fmt.Fprintf(stdout, "lock %q (key %s) on %d nodes, majority %d\n\n", name, key, len(ns.urls), ns.majority())
-	sum := printStatuses(stdout, ns, statuses, *timeout)
+	sum := printStatuses(stdout, ns, statuses, timeout)
 	fmt.Fprintln(stdout)
 	sum.print(stdout, len(ns.urls), ns.majority())
 	if sum.answered < ns.majority() {
@@ -86,11 +93,8 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkStatusArgs validates status's arguments and parses its nodes.
-func checkStatusArgs(name string, rest []string, prefix, nodes string, timeout time.Duration) (*nodeSet, error) {
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("unexpected argument %q after NAME", rest[0])
-	}
+// checkStatusArgs validates status's option values and parses its nodes.
+func checkStatusArgs(name, prefix, nodes string, nodesGiven bool, timeout time.Duration) (*nodeSet, error) {
 	if err := checkDuration("timeout", timeout, false); err != nil {
 		return nil, err
 	}
@@ -100,7 +104,7 @@ func checkStatusArgs(name string, rest []string, prefix, nodes string, timeout t
 	if len(name) > redlock.MaxResourceLen {
 		return nil, fmt.Errorf("lock name of %d bytes exceeds %d", len(name), redlock.MaxResourceLen)
 	}
-	return parseNodes(nodes)
+	return parseNodes(nodes, nodesGiven)
 }
 
 // readStatuses asks every node at once.

@@ -12,9 +12,9 @@ import (
 	"github.com/redlock-go/redlock/quorum"
 )
 
-// Fair mode (WithFair): each Lock call is a waiter with a ticket, its
-// wall-clock time when Lock was called, queued on every node beside the lock
-// key (node.Queuer). A node grants the lock only to the head of its queue, so
+// Fair mode (WithFair): each Lock call is a waiter with a ticket, a time on
+// the nodes' clocks when it started waiting (place.settle), queued on every
+// node beside the lock key (node.Queuer). A node grants the lock only to the head of its queue, so
 // that all nodes, ordering waiters by the same tickets, grant it to the same
 // waiter: no split votes and no barging. A waiter renews its place with every
 // attempt; it stays queued (at the head) while it holds the lock, and leaves
@@ -73,6 +73,60 @@ type place struct {
 	// over is set when the Lock call returns: from then on a node that
 	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
 	over atomic.Bool
+	// provisional: the ticket still comes from this client's clock; the
+	// first queued attempt replaces it with one from the nodes' clocks
+	// (settle).
+	provisional bool
+	// requeue: the last attempt was not queued on a majority of the nodes
+	// for its ticket, and the next one goes at once with a new ticket;
+	// requeued: that next attempt was such a one (at most one in a row).
+	requeue, requeued bool
+}
+
+// settle reads the replies of a failed queued attempt: how many waiters a
+// majority of the nodes had queued first (ahead), and the nodes' clocks. A
+// waiter's ticket is first its client's clock, which a node queues only
+// within node.TicketBound of its own (a client whose clock is wrong buys no
+// place); after the first queued attempt it is the median of the clocks the
+// nodes answered with, sent alike to every node at the next attempt (a
+// queued waiter's ticket moves by at most node.TicketBound), so that the
+// order of the waiters is the order of their arrival on the nodes' clocks,
+// whatever the clients' clocks say. When a majority did not queue it (its
+// ticket was out of bounds: a wrong client clock, or an entry dropped
+// long ago), it takes a new ticket from those clocks and tries again at
+// once, once.
+func (w *place) settle(replies []quorum.Reply[node.Acquired], need int) {
+	w.ahead = queuedAhead(replies, need)
+	var clocks []int64
+	unqueued := 0
+	for _, r := range replies {
+		if r.Done && r.Err == nil && r.Value.Clock > 0 {
+			clocks = append(clocks, r.Value.Clock)
+			if r.Value.Unqueued {
+				unqueued++
+			}
+		}
+	}
+	if len(clocks) == 0 {
+		return
+	}
+	refused := unqueued >= need || (w.provisional && unqueued > 0)
+	if w.provisional || refused {
+		slices.Sort(clocks)
+		w.Ticket, w.provisional = clocks[len(clocks)/2], false
+	}
+	w.requeue = refused && !w.requeued
+	w.requeued = false
+}
+
+// takeRequeue reports whether the next attempt goes at once (settle), and
+// marks it as the one retry in a row.
+func (w *place) takeRequeue() bool {
+	if !w.requeue {
+		return false
+	}
+	w.requeue, w.requeued = false, true
+	return true
 }
 
 // newWaiterGroup returns a random name for a client's waiters.
@@ -84,7 +138,8 @@ func newWaiterGroup() string {
 	return g
 }
 
-// newWaiter returns a fresh place in the queues, ticketed now. Its id,
+// newWaiter returns a fresh place in the queues, ticketed now on this
+// client's clock, provisionally (place.settle). Its id,
 // group/n, is unique; the client's waiters share the group, and so one wake-up
 // channel per key (node.WaiterChannel): a client contending for a key again
 // and again keeps its subscription (it lingers between Lock calls, see
@@ -93,7 +148,7 @@ func newWaiterGroup() string {
 // channel is for the current one, or a stale one that costs an attempt.
 func (c *Client) newWaiter(lc lockConfig, loose bool) *place {
 	id := c.waiterGroup + "/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	return &place{Waiter: node.Waiter{ID: id, Ticket: time.Now().UnixMicro(), Lease: fairLease(lc)}, loose: loose}
+	return &place{Waiter: node.Waiter{ID: id, Ticket: c.ticketNow().UnixMicro(), Lease: fairLease(lc)}, loose: loose, provisional: true}
 }
 
 // queuedAhead returns how many waiters at least need nodes reported queued

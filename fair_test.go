@@ -221,8 +221,9 @@ func TestFairCrashedWaiter(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	const key, fence = "redlock:{crash}", "redlock:{crash}:fence"
-	ghost := node.Waiter{ID: "ghost", Ticket: 1, Lease: 300 * time.Millisecond}
-	holder := node.Waiter{ID: "holder", Ticket: 0, Lease: time.Minute}
+	now := time.Now().UnixMicro() // tickets are µs on the nodes' clocks
+	ghost := node.Waiter{ID: "ghost", Ticket: now + 1, Lease: 300 * time.Millisecond}
+	holder := node.Waiter{ID: "holder", Ticket: now, Lease: time.Minute}
 	for _, s := range servers { // the ghost queued while the lock was held, and never came back
 		n, err := node.Dial(s.URL())
 		require.NoError(t, err)

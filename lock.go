@@ -76,12 +76,13 @@ func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquire
 // through the node's waiters' queue (fair mode's, or the default mode's wake
 // queue when w is loose), where the node has one.
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
+	wv := w.Waiter // the same ticket on every node; settle changes w after the round
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
 		q, ok := w.queueOn(n)
 		if !ok {
 			return l.acquireOn(ctx, i, n)
 		}
-		a, err := q.acquire(ctx, l, w.Waiter)
+		a, err := q.acquire(ctx, l, wv)
 		return l.observe(i, a, err)
 	}
 }

@@ -45,9 +45,10 @@ type Client struct {
 	health    *health                // nodes that failed lately, skipped as gates
 	contended map[string]*contention // resources refused lately (guarded by qmu)
 
-	waiterGroup string       // fair mode: the waiters' ids' group, random (newWaiter)
-	waiterSeq   atomic.Int64 // fair mode: numbers this client's waiters
-	queued      bool         // every node keeps a wake queue (node.WakeQueuer): the default mode queues waiters there
+	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
+	ticketNow   func() time.Time // the clock of a waiter's first ticket (newWaiter); time.Now
+	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
+	queued      bool             // every node keeps a wake queue (node.WakeQueuer): the default mode queues waiters there
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -70,7 +71,7 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
-		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
+		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.queued = true
 	for i, n := range nodes {
@@ -349,6 +350,9 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 					continue
 				}
 			}
+			if lc.waiter != nil && lc.waiter.takeRequeue() {
+				continue // not queued for its ticket: at once with one from the nodes' clocks
+			}
 		}
 		// Woken by a release, or after a backoff with full jitter in case a
 		// notification was lost (a node down, a lease that simply expired)
@@ -490,7 +494,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
 		if lc.waiter != nil {
-			lc.waiter.ahead = queuedAhead(call.Replies(), quorum.Majority(len(c.nodes)))
+			lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)))
 		}
 		c.abandonAcquire(call.Call, l)
 		undecided := errLeaseOutlived

@@ -85,7 +85,7 @@ func TestTLS(t *testing.T) {
 // MinimalACL is the ACL rule of docs/operations.md: the commands the library
 // sends (the scripts' own calls included), on its keys and channels only.
 const MinimalACL = "on >lock-pw resetkeys ~redlock:* resetchannels &redlock:* -@all " +
-	"+evalsha +eval +get +set +pexpire +del +publish +subscribe +unsubscribe +ping +info"
+	"+evalsha +eval +get +set +pexpire +del +publish +time +subscribe +unsubscribe +ping +info"
 
 // A user with only the minimal ACL acquires, extends, fences, waits (pub/sub)
 // and releases.
@@ -148,8 +148,8 @@ func TestMinimalACLIsNeeded(t *testing.T) {
 }
 
 // FairACL is what fair mode adds to MinimalACL (docs/operations.md): its
-// scripts keep sorted sets and read the server's clock.
-const FairACL = "+time +zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
+// scripts keep sorted sets.
+const FairACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
 
 // Fair mode runs, waiter woken included, as a user with MinimalACL and
 // FairACL, and not with MinimalACL alone.

@@ -22,14 +22,24 @@ var (
 	fairReleaseScript = newScript("fairrelease", 3, 1, fairReleaseSrc)
 )
 
-// Waiter is a place in a lock key's waiters' queue (fair mode).
+// TicketBound is how far a waiter's ticket may be from a node's clock
+// (TIME) when the node first queues it, and how far a queued waiter may move
+// its ticket afterwards: a ticket further off is not queued (Acquired.Unqueued).
+// So a client's wrong clock buys no place in a queue, at most TicketBound; the
+// nodes' own clocks must agree within it (docs/safety.md).
+const TicketBound = time.Second
+
+// Waiter is a place in a lock key's waiters' queue (the default mode's wake
+// queue, fair mode's queue).
 type Waiter struct {
 	// ID names the waiter: random, unique. The part before a "/", if any,
 	// names the channel it is woken on (WaiterChannel).
 	ID string
-	// Ticket orders the waiters: lower first, ties by ID. The waiter chooses
-	// it and sends the same to every node, so that all nodes agree on the
-	// order.
+	// Ticket orders the waiters: lower first, ties by ID. It is a time in µs
+	// on the nodes' clocks: the waiter chooses it and sends the same to every
+	// node, so that all nodes agree on the order, and a node queues it only
+	// within TicketBound of its own clock (Acquired.Clock tells the node's
+	// clock, from which the lock client derives its tickets).
 	Ticket int64
 	// Lease is how long the node keeps the waiter queued without hearing from
 	// it: a waiter that crashed blocks the queue for at most that long.

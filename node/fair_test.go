@@ -19,9 +19,12 @@ type fairQueue struct {
 	n          *node.Redis
 	ctx        context.Context
 	key, fence string
+	base       int64 // added to the waiters' tickets: now, in µs
 }
 
-// waiter is a waiter leased for a minute.
+// waiter is a waiter leased for a minute. Its ticket is an offset: the
+// queue helpers (fairQueue, wakeQueue) add their base, a time on the nodes'
+// clocks (a node queues a waiter only within node.TicketBound of its clock).
 func waiter(id string, ticket int64) node.Waiter {
 	return node.Waiter{ID: id, Ticket: ticket, Lease: time.Minute}
 }
@@ -29,6 +32,7 @@ func waiter(id string, ticket int64) node.Waiter {
 // acquire is AcquireFair with a TTL of a minute; it must not fail.
 func (f fairQueue) acquire(token string, w node.Waiter) node.Acquired {
 	f.t.Helper()
+	w.Ticket += f.base
 	a, err := f.n.AcquireFair(f.ctx, f.key, f.fence, token, time.Minute, w)
 	require.NoError(f.t, err)
 	return a
@@ -53,7 +57,7 @@ func TestFairQueue(t *testing.T) {
 		require.NoError(t, err)
 		return members
 	}
-	f := fairQueue{t, n, ctx, key, fence}
+	f := fairQueue{t, n, ctx, key, fence, time.Now().UnixMicro()}
 	acquire, release := f.acquire, func(token, id string) { require.True(t, f.release(token, id)) }
 
 	// Alone in the queue: its turn. The holder stays at the head until its
@@ -142,7 +146,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 		}
 	}
 
-	f := fairQueue{t, n, ctx, key, fence}
+	f := fairQueue{t, n, ctx, key, fence, time.Now().UnixMicro()}
 	a := f.acquire("t-holder", waiter("holder", 1))
 	require.True(t, a.OK)
 	for i, id := range []string{"c", "b"} { // b has the lower ticket

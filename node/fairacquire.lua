@@ -3,8 +3,11 @@
 -- waiter -> ticket), KEYS[4] waiters' leases (sorted set: waiter -> deadline in
 -- ms of the node's clock); all in the lock key's hash slot.
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] waiter id, ARGV[4] ticket
--- (chosen by the waiter, the same on every node, so that every node orders the
--- waiters alike), ARGV[5] lease in ms.
+-- (µs, chosen by the waiter, the same on every node, so that every node orders
+-- the waiters alike: node.Waiter), ARGV[5] lease in ms.
+-- A waiter not queued yet is queued only with a ticket within ticketBound of
+-- the node's clock; a queued one keeps its place, and may move its ticket by
+-- at most ticketBound.
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
 -- dropped first; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
@@ -14,9 +17,12 @@
 -- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0
--- when it was granted, or is at the head and the lock is held).
+-- when it was granted, or is at the head and the lock is held), the node's
+-- clock in µs, and 1 if the caller is queued here (or granted) else 0.
+local ticketBound = 1000000 -- µs: node.TicketBound (wakequeue.lua has the same)
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(nowus / 1000)
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
 for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[3], w)
@@ -29,10 +35,21 @@ if redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
   -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
   -- late attempt of a Lock call that is over. Queuing it again would leave a
   -- head nobody serves until its lease ran out.
-  return {0, f, present, 0}
+  return {0, f, present, 0, nowus, 0}
+end
+local ticket = tonumber(ARGV[4])
+local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
+if held then
+  if ticket ~= tonumber(held) and math.abs(ticket - tonumber(held)) <= ticketBound then
+    redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
+  end
+elseif math.abs(ticket - nowus) > ticketBound then
+  -- Not queued: a ticket this far from the node's clock would buy a place.
+  return {0, f, present, 0, nowus, 0}
+else
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
 end
 local lease = tonumber(ARGV[5])
-redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
 redis.call('PEXPIRE', KEYS[3], 2 * lease)
 redis.call('PEXPIRE', KEYS[4], 2 * lease)
@@ -45,13 +62,13 @@ if ahead > 0 then
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)
     redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
   end
-  return {0, f, present, ahead}
+  return {0, f, present, ahead, nowus, 1}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The holder stays at the head until its release takes it out of the queue
   -- (fairrelease.lua) and wakes the next waiter: should the grant fail
   -- elsewhere, its undo leaves it in its place, so that every node keeps the
   -- same order.
-  return {1, f, present, 0}
+  return {1, f, present, 0, nowus, 1}
 end
-return {0, f, present, 0}
+return {0, f, present, 0, nowus, 1}

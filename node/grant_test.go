@@ -58,9 +58,10 @@ func lockWrite(pos int) *regexp.Regexp {
 // in its source and on a real redis-server, that the scripts that can
 // create or overwrite the lock key (KEYS[Script.LockKey]) with a new token
 // are exactly those marked as grants (Script.Grants), which the restart
-// quarantine refuses. A script that takes no lock key cannot grant. The behavioural check runs each script with every combination
-// of plausible arguments (the probe token, a number, an empty string) in
-// six argument positions, on a free lock key and on one held by another
+// quarantine refuses. A script that takes no lock key cannot grant. The
+// behavioural check runs each script with every combination of plausible
+// arguments (the probe token, a number, an empty string, the time now in µs)
+// in five argument positions, on a free lock key and on one held by another
 // token.
 func TestGrantScriptsAreMarked(t *testing.T) {
 	srv := redistest.Start(t)
@@ -69,12 +70,14 @@ func TestGrantScriptsAreMarked(t *testing.T) {
 	defer c.Close()
 
 	const token = "probe-token"
-	fillers := []string{token, "10000", ""}
+	// A number serves as a TTL, a lease or a flag; the time now as a ticket
+	// (a node queues a waiter only within node.TicketBound of its clock).
+	fillers := []string{token, "10000", "", fmt.Sprint(time.Now().UnixMicro())}
 	var argvs [][]any
-	for code := 0; code < 729; code++ { // 3^6
-		argv := make([]any, 6)
-		for i, k := 0, code; i < 6; i, k = i+1, k/3 {
-			argv[i] = fillers[k%3]
+	for code := 0; code < 1024; code++ { // 4^5: the scripts take at most 5 arguments
+		argv := make([]any, 5)
+		for i, k := 0, code; i < 5; i, k = i+1, k/4 {
+			argv[i] = fillers[k%4]
 		}
 		argvs = append(argvs, argv)
 	}
@@ -169,10 +172,10 @@ var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key strin
 		},
 	},
 	"wakeacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
-		return n.AcquireQueued(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: 1, Lease: time.Second})
+		return n.AcquireQueued(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
 	}},
 	"fairacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
-		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: 1, Lease: time.Second})
+		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
 	}},
 }
 

@@ -58,6 +58,14 @@ type Acquired struct {
 	// the node has queued before the caller: 0 when the caller is at the
 	// head (the lock is held), and always 0 for the other acquisitions.
 	Ahead int
+	// Clock is, for the queued acquisitions (AcquireQueued, AcquireFair), the
+	// node's clock (TIME) in µs when it ran the script; 0 for the others. A
+	// waiter derives its ticket from the nodes' clocks (see Waiter).
+	Clock int64
+	// Unqueued is true when a queued acquisition did not queue the waiter:
+	// its ticket was more than TicketBound from the node's clock (or the
+	// queue was full, or the waiter had left it).
+	Unqueued bool
 }
 
 // Sentinel errors of this package, reachable with errors.Is.
@@ -469,25 +477,29 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 }
 
 // parseAcquired reads an acquisition script's reply, a redigo array of the
-// three elements ParseAcquired reads, and for the fair acquisition a fourth:
-// the number of waiters queued before the caller (Acquired.Ahead).
+// three elements ParseAcquired reads, and for the queued acquisitions three
+// more: the number of waiters queued before the caller (Acquired.Ahead), the
+// node's clock in µs (Acquired.Clock), and 1 if the caller is queued there
+// (else Acquired.Unqueued).
 func parseAcquired(reply any) (Acquired, error) {
 	vals, err := redis.Values(reply, nil)
-	if err != nil || len(vals) < 3 || len(vals) > 4 {
+	if err != nil || (len(vals) != 3 && len(vals) != 6) {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	ok, err1 := redis.Int64(vals[0], nil)
 	fs, err2 := redis.String(vals[1], nil)
 	present, err3 := redis.Int64(vals[2], nil)
-	var ahead int64
-	var err4 error
-	if len(vals) == 4 {
+	var ahead, clock, queued int64 = 0, 0, 1
+	var err4, err5, err6 error
+	if len(vals) == 6 {
 		ahead, err4 = redis.Int64(vals[3], nil)
+		clock, err5 = redis.Int64(vals[4], nil)
+		queued, err6 = redis.Int64(vals[5], nil)
 	}
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || ahead < 0 {
+	if errors.Join(err1, err2, err3, err4, err5, err6) != nil || ahead < 0 || clock < 0 {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	a, err := ParseAcquired(ok, fs, present)
-	a.Ahead = int(ahead)
+	a.Ahead, a.Clock, a.Unqueued = int(ahead), clock, queued == 0
 	return a, err
 }

@@ -1,7 +1,12 @@
 package node_test
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +27,7 @@ type wakeQueue struct {
 	ctx        context.Context
 	key, fence string
 	psc        redis.PubSubConn
+	base       int64 // added to the waiters' tickets (see waiter): now, in µs
 }
 
 const reserve = time.Minute // long enough that no reservation runs out in a test
@@ -31,12 +37,14 @@ func newWakeQueue(t *testing.T, key string) *wakeQueue {
 	c, err := redis.Dial("tcp", s.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	return &wakeQueue{t: t, s: s, n: n, ctx: ctx, key: key, fence: key + ":fence", psc: redis.PubSubConn{Conn: c}}
+	return &wakeQueue{t: t, s: s, n: n, ctx: ctx, key: key, fence: key + ":fence", psc: redis.PubSubConn{Conn: c},
+		base: time.Now().UnixMicro()}
 }
 
 // acquire is AcquireQueued with a TTL of a minute; it must not fail.
 func (q *wakeQueue) acquire(token string, w node.Waiter) node.Acquired {
 	q.t.Helper()
+	w.Ticket += q.base
 	a, err := q.n.AcquireQueued(q.ctx, q.key, q.fence, token, time.Minute, w)
 	require.NoError(q.t, err)
 	return a
@@ -90,7 +98,24 @@ func (q *wakeQueue) queued() (string, string) {
 	if err != redis.ErrNil {
 		require.NoError(q.t, err)
 	}
-	return v, w
+	return q.offsets(v), w
+}
+
+// offsets rewrites the tickets of queue lines "ticket id wakes" as offsets
+// from q.base, as the tests' waiters give them.
+func (q *wakeQueue) offsets(v string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(v, "\n") {
+		ticket, rest, ok := strings.Cut(line, " ")
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		n, err := strconv.ParseInt(ticket, 10, 64)
+		require.NoError(q.t, err)
+		fmt.Fprintf(&b, "%d %s", n-q.base, rest)
+	}
+	return b.String()
 }
 
 // A release wakes the first waiter by ticket only, whatever the order of
@@ -212,7 +237,7 @@ func TestWakeQueueBounded(t *testing.T) {
 	wq, _ := node.WakeQueueKeys(q.key)
 	n, err := redis.Int(q.s.Do("STRLEN", wq))
 	require.NoError(t, err)
-	assert.Less(t, n, 256*20)
+	assert.Less(t, n, 256*32) // 256 lines of a 16-digit ticket (µs), an id and a count
 	ttl, err := redis.Int(q.s.Do("PTTL", wq))
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 0)
@@ -236,4 +261,103 @@ func TestWakeQueueInvalidWaiter(t *testing.T) {
 	require.ErrorIs(t, err, node.ErrInvalidWaiter)
 	require.ErrorIs(t, q.n.LeaveWakeQueue(q.ctx, q.key, "", reserve), node.ErrInvalidWaiter)
 	assert.Empty(t, q.s.Keys("*"), "nothing written")
+}
+
+// A node queues a new waiter only with a ticket within node.TicketBound of
+// its clock, and lets a queued waiter move its ticket by at most that much:
+// a client's wrong clock buys no place. Every queued acquisition reports the
+// node's clock. Both queues (the wake queue, fair mode's) follow the rule.
+func TestTicketBound(t *testing.T) {
+	type queue struct {
+		acquire func(token string, w node.Waiter) node.Acquired
+		order   func() []string // waiter ids, first first
+	}
+	s, n, ctx := dialed(t, 10*time.Second)
+	queues := map[string]func(key string) queue{
+		"wake": func(key string) queue {
+			return queue{
+				acquire: func(token string, w node.Waiter) node.Acquired {
+					a, err := n.AcquireQueued(ctx, key, key+":fence", token, time.Minute, w)
+					require.NoError(t, err)
+					return a
+				},
+				order: func() []string {
+					wq, _ := node.WakeQueueKeys(key)
+					v, _ := redis.String(s.Do("GET", wq))
+					type entry struct {
+						ticket int64
+						id     string
+					}
+					var es []entry
+					for _, line := range strings.Split(strings.TrimSpace(v), "\n") {
+						if f := strings.Fields(line); len(f) == 3 {
+							tk, err := strconv.ParseInt(f[0], 10, 64)
+							require.NoError(t, err)
+							es = append(es, entry{tk, f[1]})
+						}
+					}
+					slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(a.ticket, b.ticket), cmp.Compare(a.id, b.id)) })
+					var ids []string
+					for _, e := range es {
+						ids = append(ids, e.id)
+					}
+					return ids
+				},
+			}
+		},
+		"fair": func(key string) queue {
+			return queue{
+				acquire: func(token string, w node.Waiter) node.Acquired {
+					a, err := n.AcquireFair(ctx, key, key+":fence", token, time.Minute, w)
+					require.NoError(t, err)
+					return a
+				},
+				order: func() []string {
+					q, _ := node.QueueKeys(key)
+					ids, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
+					require.NoError(t, err)
+					return ids
+				},
+			}
+		},
+	}
+	for name, mk := range queues {
+		t.Run(name, func(t *testing.T) {
+			q := mk("redlock:{tb-" + name + "}")
+			now := time.Now().UnixMicro()
+			hour := time.Hour.Microseconds()
+			bound := node.TicketBound.Microseconds()
+			require.True(t, q.acquire("th", node.Waiter{ID: "h/1", Ticket: now, Lease: time.Minute}).OK)
+
+			for _, tc := range []struct {
+				id     string
+				ticket int64
+				queued bool
+			}{
+				{"behind/1", now - hour, false},
+				{"ahead/1", now + hour, false},
+				{"on-time/1", now + 10, true},
+				{"just-behind/1", now - bound/2, true},
+			} {
+				before := time.Now().UnixMicro()
+				a := q.acquire("t-"+tc.id, node.Waiter{ID: tc.id, Ticket: tc.ticket, Lease: time.Minute})
+				after := time.Now().UnixMicro()
+				assert.False(t, a.OK)
+				assert.Equal(t, !tc.queued, a.Unqueued, tc.id)
+				assert.InDelta(t, (before+after)/2, a.Clock, float64(bound/10), "%s: the node's clock, in µs", tc.id)
+			}
+			assert.Equal(t, []string{"just-behind/1", "on-time/1"}, without(q.order(), "h/1"))
+
+			// A queued waiter moves its ticket within the bound, not beyond.
+			q.acquire("t-on-time/1", node.Waiter{ID: "on-time/1", Ticket: now - bound/2 - 5, Lease: time.Minute})
+			assert.Equal(t, []string{"on-time/1", "just-behind/1"}, without(q.order(), "h/1"), "moved by the bound")
+			q.acquire("t-just-behind/1", node.Waiter{ID: "just-behind/1", Ticket: now - 10*hour, Lease: time.Minute})
+			assert.Equal(t, []string{"on-time/1", "just-behind/1"}, without(q.order(), "h/1"), "a move beyond the bound keeps the place")
+		})
+	}
+}
+
+// without returns ids without id.
+func without(ids []string, id string) []string {
+	return slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == id })
 }

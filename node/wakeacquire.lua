@@ -7,24 +7,40 @@
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] waiter id, ARGV[4] ticket
 -- (the same on every node, so that every node orders the waiters alike),
 -- ARGV[5] how long in ms the queue outlives the last attempt that renewed it.
+-- A waiter not queued yet is queued only with a ticket within ticketBound of
+-- the node's clock; a queued one keeps its place, and may move its ticket by
+-- at most ticketBound (from the client's clock to the one derived from the
+-- nodes' clocks: node.Waiter).
 -- Returns as fairacquire.lua does: {1 or 0, fence counter ("0" when
--- absent), 1 if the counter exists, waiters queued before the caller}.
+-- absent), 1 if the counter exists, waiters queued before the caller, the
+-- node's clock in µs, 1 if the caller is queued here (or granted) else 0}.
+local now = clock()
 local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
 local es = parse(redis.call('GET', KEYS[3]))
 local me = {ticket = tonumber(ARGV[4]), t = ARGV[4], id = ARGV[3], wakes = 0}
-local queued = drop(es, me.id)
+local old = take(es, me.id)
+local admit = true
+if old then
+  if math.abs(me.ticket - old.ticket) > ticketBound then me.ticket, me.t = old.ticket, old.t end
+elseif math.abs(me.ticket - now) > ticketBound then
+  admit = false
+end
 local ahead = 0
 for _, e in ipairs(es) do
   if before(e, me) then ahead = ahead + 1 end
 end
 local woken = redis.call('GET', KEYS[4])
 if (not woken or woken == me.id) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if queued then store(KEYS[3], es, nil) end
+  if old then store(KEYS[3], es, nil) end
   if woken then redis.call('DEL', KEYS[4]) end
-  return {1, f, present, 0}
+  return {1, f, present, 0, now, 1}
 end
-if #es < maxQueued then es[#es + 1] = me end
+local queued = 0
+if admit and #es < maxQueued then
+  es[#es + 1] = me
+  queued = 1
+end
 store(KEYS[3], es, ARGV[5])
-return {0, f, present, ahead}
+return {0, f, present, ahead, now, queued}

@@ -10,6 +10,17 @@
 -- Longest queue kept: waiters beyond it are not queued, and poll.
 local maxQueued = 256
 
+-- How far, in µs, a new waiter's ticket may be from the node's clock (TIME),
+-- and how far a queued waiter may move its ticket (node.TicketBound): a
+-- client's wrong clock buys no place in the queue, at most this much.
+local ticketBound = 1000000
+
+-- clock returns the node's time in µs (TIME), exact in a Lua number.
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- parse returns the entries of queue q: {ticket = number, t = the ticket as
 -- sent, id = string, wakes = how often a release woke it since its last
 -- attempt}.
@@ -28,16 +39,19 @@ local function before(a, b)
   return a.ticket < b.ticket or (a.ticket == b.ticket and a.id < b.id)
 end
 
--- drop removes waiter id from es; it reports whether it was there.
-local function drop(es, id)
+-- take removes waiter id from es and returns its entry, or nil.
+local function take(es, id)
   for i, e in ipairs(es) do
     if e.id == id then
       table.remove(es, i)
-      return true
+      return e
     end
   end
-  return false
+  return nil
 end
+
+-- drop removes waiter id from es; it reports whether it was there.
+local function drop(es, id) return take(es, id) ~= nil end
 
 -- store writes es to key: deleted when empty, with its expiry renewed to px
 -- ms when given, kept otherwise.

@@ -24,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,8 +32,11 @@ import (
 	"github.com/redlock-go/redlock/node"
 )
 
-// Node is a node.Node over a go-redis client. It is safe for concurrent use.
+// Node is a node.Node over a go-redis client, with every operation of the
+// core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
+// queue, announced grants) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
+	node.Scripted
 	c       redis.UniversalClient
 	name    string
 	timeout time.Duration
@@ -44,8 +46,11 @@ type Node struct {
 }
 
 var (
-	_ node.Node    = (*Node)(nil)
-	_ node.Watcher = (*Node)(nil)
+	_ node.Node       = (*Node)(nil)
+	_ node.Watcher    = (*Node)(nil)
+	_ node.WakeQueuer = (*Node)(nil)
+	_ node.Queuer     = (*Node)(nil)
+	_ node.Announcer  = (*Node)(nil)
 )
 
 // Option configures New.
@@ -143,6 +148,13 @@ func New(c redis.UniversalClient, opts ...Option) (*Node, error) {
 		name = cfg.name
 	}
 	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, sub: newSubscriber(c, cfg.timeout)}
+	n.Scripted = node.Scripted{Evaler: evaler{n}, Timeout: cfg.timeout}
+	if n.q != nil {
+		// A quarantined node refuses every script that can grant a lock; a
+		// grant that the call's own new connection found on a restarted or
+		// promoted server is taken back.
+		n.Scripted.Refusal, n.Scripted.Granted = n.q.Refusal, n.q.check
+	}
 	if cc, ok := c.(*redis.ClusterClient); ok && n.q != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(4*n.timeout, 2*time.Second))
 		_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
@@ -162,13 +174,15 @@ func (n *Node) Close() error {
 	return nil
 }
 
-var (
-	acquireScript    = redis.NewScript(node.AcquireScript.Source())
-	releaseScript    = redis.NewScript(node.ReleaseScript.Source())
-	extendScript     = redis.NewScript(node.ExtendScript.Source())
-	writeFenceScript = redis.NewScript(node.WriteFenceScript.Source())
-	raiseFenceScript = redis.NewScript(node.RaiseFenceScript.Source())
-)
+// scripts are the node package's scripts as go-redis runs them (EVALSHA,
+// then EVAL on NOSCRIPT), by SHA-1.
+var scripts = func() map[string]*redis.Script {
+	m := map[string]*redis.Script{}
+	for _, s := range node.Scripts() {
+		m[s.Hash()] = redis.NewScript(s.Source())
+	}
+	return m
+}()
 
 // bound applies the node's timeout to ctx, unless ctx already ends sooner.
 func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -178,91 +192,34 @@ func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, n.timeout)
 }
 
-// run runs s (EVALSHA, then EVAL on NOSCRIPT), bounded by ctx and the timeout.
-func (n *Node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+// evaler runs the node package's script calls over the go-redis client.
+type evaler struct{ n *Node }
+
+// Eval implements node.Evaler, bounded by ctx and the node's timeout.
+func (e evaler) Eval(ctx context.Context, c node.Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := n.bound(ctx)
+	s := scripts[c.Script.Hash()]
+	if s == nil {
+		return nil, fmt.Errorf("%w: unknown script %s", node.ErrInvalidOption, c.Script.Name())
+	}
+	ctx, cancel := e.n.bound(ctx)
 	defer cancel()
-	v, err := s.Run(ctx, n.c, keys, args...).Result()
+	v, err := s.Run(ctx, e.n.c, c.Keys, c.Args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}
 	return v, err
 }
 
-func (n *Node) flag(ctx context.Context, s *redis.Script, keys []string, args ...any) (bool, error) {
-	v, err := n.run(ctx, s, keys, args...)
-	if err != nil {
-		return false, err
-	}
-	i, ok := v.(int64)
-	if !ok {
-		return false, fmt.Errorf("%w: %v", node.ErrUnexpectedReply, v)
-	}
-	return i == 1, nil
-}
-
-// Acquire implements node.Node. While the node is quarantined it returns a
-// *node.QuarantineError without sending anything; when the call itself found
-// the node restarted or failed over (a new connection, see Quarantine), a lock
-// it took is deleted again and the quarantine is returned.
-func (n *Node) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	if n.q != nil {
-		if err := n.q.Refusal(); err != nil {
-			return node.Acquired{}, err
-		}
-	}
-	v, err := n.run(ctx, acquireScript, []string{key, fenceKey}, token, ttl.Milliseconds())
-	if err != nil {
-		return node.Acquired{}, err
-	}
-	vals, ok := v.([]any)
-	if !ok || len(vals) != 3 {
-		return node.Acquired{}, fmt.Errorf("%w: acquire: %v", node.ErrUnexpectedReply, v)
-	}
-	granted, ok1 := vals[0].(int64)
-	fence, ok2 := vals[1].(string)
-	present, ok3 := vals[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return node.Acquired{}, fmt.Errorf("%w: acquire: %v", node.ErrUnexpectedReply, v)
-	}
-	a, err := node.ParseAcquired(granted, fence, present)
-	if err != nil || !a.OK || n.q == nil {
-		return a, err
-	}
-	if err := n.q.check(); err != nil {
-		// The SET went to a process the quarantine refuses: take it back.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.timeout)
-		defer cancel()
-		_, _ = n.Release(uctx, key, token, false)
-		return node.Acquired{}, err
-	}
-	return a, nil
-}
-
-// Release implements node.Node.
-func (n *Node) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
-	flag := "0"
-	if notify {
-		flag = "1"
-	}
-	return n.flag(ctx, releaseScript, []string{key}, token, flag)
-}
-
-// Extend implements node.Node.
-func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return n.flag(ctx, extendScript, []string{key}, token, ttl.Milliseconds())
-}
-
-// WriteFence implements node.Node.
-func (n *Node) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
-	return n.flag(ctx, writeFenceScript, []string{key, fenceKey}, token, strconv.FormatUint(fence, 10))
-}
-
-// RaiseFence implements node.Node.
-func (n *Node) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
-	_, err := n.flag(ctx, raiseFenceScript, []string{fenceKey}, strconv.FormatUint(fence, 10))
-	return err
+// Ping checks that the server answers, within ctx and the node's timeout: the
+// lock client's breaker probes a node that keeps failing with it.
+func (n *Node) Ping(ctx context.Context) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	return n.c.Ping(ctx).Err()
 }

@@ -10,7 +10,12 @@
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
 // counter only for the holder and never lowers it, RaiseFence for anyone; a
-// node that implements node.Watcher notifies a release made with notify; two
+// node that implements node.Watcher notifies a release made with notify; the
+// wake queue (node.WakeQueuer) queues refused waiters and wakes the first one
+// only, on its own channel, reserving the lock for it; fair mode's queue
+// (node.Queuer) grants only to its head; both queue a waiter only with a
+// ticket within node.TicketBound of the server's clock and report that clock;
+// a node that can Ping answers; two
 // lock clients over two such nodes exclude each other, fence and hand the lock
 // over; every call returns promptly on a cancelled context and, with
 // WithPause, with an error by its deadline on a server that stopped answering.
@@ -75,6 +80,10 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"WriteFenceOnlyForHolder", s.writeFence},
 		{"RaiseFence", s.raiseFence},
 		{"Watch", s.watch},
+		{"WakeQueue", s.wakeQueue},
+		{"FairQueue", s.fairQueue},
+		{"TicketBound", s.ticketBound},
+		{"Ping", s.ping},
 		{"CancelledContext", s.cancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -491,5 +500,120 @@ func (s *suite) lockClient(t *testing.T) {
 	}
 	if err := l2.Release(ctx(t)); err != nil {
 		t.Fatalf("Release: %v", err)
+	}
+}
+
+// waiter is a waiter of the queue tests, ticketed at time now plus offset µs
+// (a node queues a waiter only within node.TicketBound of its clock).
+func waiter(id string, now, offset int64) node.Waiter {
+	return node.Waiter{ID: id, Ticket: now + offset, Lease: time.Minute}
+}
+
+func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
+	q, ok := n.(node.WakeQueuer)
+	if !ok {
+		t.Skipf("%T does not implement node.WakeQueuer", n)
+	}
+	c := ctx(t)
+	now := time.Now().UnixMicro()
+	holder := token()
+	if !acquire(t, n, k, holder, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	first, second := waiter("first/1", now, 10), waiter("second/1", now, 20)
+	var woken <-chan struct{}
+	if wr, ok := n.(node.Watcher); ok {
+		ch, stop, err := wr.Watch(c, node.WaiterChannel(k.lock, first.ID))
+		if err != nil {
+			t.Fatalf("Watch: %v", err)
+		}
+		defer stop()
+		drain(ch)
+		woken = ch
+	}
+	// second arrives first, but first's ticket is lower: it goes ahead.
+	for i, w := range []node.Waiter{second, first, second} {
+		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, w)
+		if err != nil || a.OK || a.Unqueued || a.Clock == 0 {
+			t.Fatalf("AcquireQueued of %s on a held lock: %+v, %v; want refused, queued, the node's clock", w.ID, a, err)
+		}
+		if want := i / 2; a.Ahead != want {
+			t.Fatalf("AcquireQueued of %s: %d waiters ahead, want %d", w.ID, a.Ahead, want)
+		}
+	}
+	ok, err := q.ReleaseQueued(c, k.lock, holder, "", time.Minute)
+	must(t, "ReleaseQueued", ok, err, true)
+	if woken != nil {
+		select {
+		case <-woken:
+		case <-c.Done():
+			t.Fatal("the first waiter was not woken")
+		}
+	}
+	// The lock is reserved for the first waiter: the second is refused.
+	if a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, second); err != nil || a.OK {
+		t.Fatalf("AcquireQueued of the second waiter while reserved for the first: %+v, %v", a, err)
+	}
+	tok := token()
+	a, err := q.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, first)
+	if err != nil || !a.OK {
+		t.Fatalf("AcquireQueued of the woken waiter: %+v, %v", a, err)
+	}
+	if err := q.LeaveWakeQueue(c, k.lock, second.ID, time.Minute); err != nil {
+		t.Fatalf("LeaveWakeQueue: %v", err)
+	}
+	ok, err = q.ReleaseQueued(c, k.lock, tok, first.ID, time.Minute)
+	must(t, "ReleaseQueued of the waiter's lock", ok, err, true)
+}
+
+func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
+	q, ok := n.(node.Queuer)
+	if !ok {
+		t.Skipf("%T does not implement node.Queuer", n)
+	}
+	c := ctx(t)
+	now := time.Now().UnixMicro()
+	head, next := waiter("head/1", now, 10), waiter("next/1", now, 20)
+	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, next); err != nil || !a.OK {
+		t.Fatalf("AcquireFair alone in the queue: %+v, %v", a, err)
+	}
+	// next holds the lock and the head of the queue; head queues behind it
+	// (tickets order waiters, the holder keeps its place until it releases).
+	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Unqueued {
+		t.Fatalf("AcquireFair while held: %+v, %v; want refused and queued", a, err)
+	}
+	if err := q.LeaveQueue(c, k.lock, head.ID); err != nil {
+		t.Fatalf("LeaveQueue: %v", err)
+	}
+}
+
+func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
+	q, ok := n.(node.WakeQueuer)
+	if !ok {
+		t.Skipf("%T does not implement node.WakeQueuer", n)
+	}
+	c := ctx(t)
+	if !acquire(t, n, k, token(), time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	now := time.Now().UnixMicro()
+	for _, tc := range []struct {
+		offset time.Duration
+		queued bool
+	}{{-time.Hour, false}, {time.Hour, false}, {0, true}} {
+		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
+		if err != nil || a.OK || a.Unqueued == tc.queued {
+			t.Fatalf("AcquireQueued with a ticket %v off: %+v, %v; want queued=%v", tc.offset, a, err, tc.queued)
+		}
+	}
+}
+
+func (s *suite) ping(t *testing.T, n node.Node, _ keys) {
+	p, ok := n.(interface{ Ping(context.Context) error })
+	if !ok {
+		t.Skipf("%T cannot Ping", n)
+	}
+	if err := p.Ping(ctx(t)); err != nil {
+		t.Fatalf("Ping: %v", err)
 	}
 }

@@ -39,8 +39,11 @@ import (
 	"github.com/redlock-go/redlock/node"
 )
 
-// Node is a node.Node over a rueidis client. It is safe for concurrent use.
+// Node is a node.Node over a rueidis client, with every operation of the
+// core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
+// queue, announced grants) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
+	node.Scripted
 	c       rd.Client
 	name    string
 	timeout time.Duration
@@ -52,8 +55,11 @@ type Node struct {
 }
 
 var (
-	_ node.Node    = (*Node)(nil)
-	_ node.Watcher = (*Node)(nil)
+	_ node.Node       = (*Node)(nil)
+	_ node.Watcher    = (*Node)(nil)
+	_ node.WakeQueuer = (*Node)(nil)
+	_ node.Queuer     = (*Node)(nil)
+	_ node.Announcer  = (*Node)(nil)
 )
 
 // Option configures New.
@@ -128,7 +134,15 @@ func New(c rd.Client, opts ...Option) (*Node, error) {
 			name += "/" + addrs[0]
 		}
 	}
-	return &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, watches: map[*watch]struct{}{}}, nil
+	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, watches: map[*watch]struct{}{}}
+	n.Scripted = node.Scripted{Evaler: evaler{n}, Timeout: cfg.timeout}
+	if n.q != nil {
+		// A quarantined node refuses every script that can grant a lock; a
+		// grant that the call's own new connection found on a restarted or
+		// promoted server is taken back.
+		n.Scripted.Refusal, n.Scripted.Granted = n.q.Refusal, n.q.check
+	}
+	return n, nil
 }
 
 // Name implements node.Node.
@@ -148,107 +162,65 @@ func (n *Node) Close() error {
 	return nil
 }
 
-var (
-	acquireScript    = rd.NewLuaScript(node.AcquireScript.Source())
-	releaseScript    = rd.NewLuaScript(node.ReleaseScript.Source())
-	extendScript     = rd.NewLuaScript(node.ExtendScript.Source())
-	writeFenceScript = rd.NewLuaScript(node.WriteFenceScript.Source())
-	raiseFenceScript = rd.NewLuaScript(node.RaiseFenceScript.Source())
-)
+// scripts are the node package's scripts as rueidis runs them (EVALSHA, then
+// EVAL on NOSCRIPT), by SHA-1.
+var scripts = func() map[string]*rd.Lua {
+	m := map[string]*rd.Lua{}
+	for _, s := range node.Scripts() {
+		m[s.Hash()] = rd.NewLuaScript(s.Source())
+	}
+	return m
+}()
 
-// run runs s (EVALSHA, then EVAL on NOSCRIPT), bounded by ctx and the timeout.
-func (n *Node) run(ctx context.Context, s *rd.Lua, keys []string, args ...string) (rd.RedisResult, error) {
+// bound applies the node's timeout to ctx, unless ctx already ends sooner.
+func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= n.timeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, n.timeout)
+}
+
+// evaler runs the node package's script calls over the rueidis client.
+type evaler struct{ n *Node }
+
+// Eval implements node.Evaler, bounded by ctx and the node's timeout.
+func (e evaler) Eval(ctx context.Context, c node.Call) (any, error) {
 	if err := ctx.Err(); err != nil {
-		return rd.RedisResult{}, err
+		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > n.timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, n.timeout)
-		defer cancel()
+	s := scripts[c.Script.Hash()]
+	if s == nil {
+		return nil, fmt.Errorf("%w: unknown script %s", node.ErrInvalidOption, c.Script.Name())
 	}
-	r := s.Exec(ctx, n.c, keys, args)
-	return r, r.Error()
-}
-
-func (n *Node) flag(ctx context.Context, s *rd.Lua, keys []string, args ...string) (bool, error) {
-	r, err := n.run(ctx, s, keys, args...)
-	if err != nil {
-		return false, err
-	}
-	i, err := r.AsInt64()
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", node.ErrUnexpectedReply, err)
-	}
-	return i == 1, nil
-}
-
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-
-// Acquire implements node.Node. While the node is quarantined it returns a
-// *node.QuarantineError without sending anything; when the call itself found
-// the node restarted or failed over (a new connection), a lock it took is
-// deleted again and the quarantine is returned.
-func (n *Node) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	if n.q != nil {
-		if err := n.q.Refusal(); err != nil {
-			return node.Acquired{}, err
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		switch a := a.(type) {
+		case string:
+			args[i] = a
+		case int64:
+			args[i] = strconv.FormatInt(a, 10)
+		default:
+			return nil, fmt.Errorf("%w: argument %T of %s", node.ErrInvalidOption, a, c.Script.Name())
 		}
 	}
-	a, err := n.acquire(ctx, key, fenceKey, token, ttl)
-	if err != nil || !a.OK || n.q == nil {
-		return a, err
+	ctx, cancel := e.n.bound(ctx)
+	defer cancel()
+	r := s.Exec(ctx, e.n.c, c.Keys, args)
+	if err := r.Error(); err != nil {
+		if rd.IsRedisNil(err) {
+			return nil, nil
+		}
+		return nil, err
 	}
-	if err := n.q.check(); err != nil {
-		// The SET went to a process the quarantine refuses: take it back.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.timeout)
-		defer cancel()
-		_, _ = n.Release(uctx, key, token, false)
-		return node.Acquired{}, err
-	}
-	return a, nil
+	return r.ToAny()
 }
 
-func (n *Node) acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	r, err := n.run(ctx, acquireScript, []string{key, fenceKey}, token, ms(ttl))
-	if err != nil {
-		return node.Acquired{}, err
-	}
-	vals, err := r.ToArray()
-	if err != nil || len(vals) != 3 {
-		return node.Acquired{}, fmt.Errorf("%w: acquire: %v", node.ErrUnexpectedReply, r)
-	}
-	ok, err1 := vals[0].AsInt64()
-	fence, err2 := vals[1].ToString()
-	present, err3 := vals[2].AsInt64()
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return node.Acquired{}, fmt.Errorf("%w: acquire: %v", node.ErrUnexpectedReply, err)
-	}
-	return node.ParseAcquired(ok, fence, present)
-}
-
-// Release implements node.Node.
-func (n *Node) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
-	flag := "0"
-	if notify {
-		flag = "1"
-	}
-	return n.flag(ctx, releaseScript, []string{key}, token, flag)
-}
-
-// Extend implements node.Node.
-func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return n.flag(ctx, extendScript, []string{key}, token, ms(ttl))
-}
-
-// WriteFence implements node.Node.
-func (n *Node) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
-	return n.flag(ctx, writeFenceScript, []string{key, fenceKey}, token, strconv.FormatUint(fence, 10))
-}
-
-// RaiseFence implements node.Node.
-func (n *Node) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
-	_, err := n.flag(ctx, raiseFenceScript, []string{fenceKey}, strconv.FormatUint(fence, 10))
-	return err
+// Ping checks that the server answers, within ctx and the node's timeout: the
+// lock client's breaker probes a node that keeps failing with it.
+func (n *Node) Ping(ctx context.Context) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	return n.c.Do(ctx, n.c.B().Ping().Build()).Error()
 }
 
 type watch struct {
@@ -303,7 +275,12 @@ func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), 
 	})
 	go func() {
 		for backoff := 50 * time.Millisecond; wctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
-			_ = n.c.Receive(hctx, n.c.B().Subscribe().Channel(key).Build(), func(rd.PubSubMessage) { w.poke() })
+			// On a Cluster, subscribe on the master of the channel's slot (the
+			// lock key's: the channels carry its hash tag), where the scripts
+			// PUBLISH: the wake queue counts a waiter nobody listens for on
+			// that master as gone.
+			sub := n.c.B().Subscribe().Channel(key).Build().SetSlot(key)
+			_ = n.c.Receive(hctx, sub, func(rd.PubSubMessage) { w.poke() })
 			if wctx.Err() != nil {
 				return
 			}

@@ -1,0 +1,302 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Call is one run of a script: the script, its keys and its arguments, as
+// every backend sends them (EVALSHA Script.Hash, EVAL Script.Source on
+// NOSCRIPT). Arguments are strings or int64s.
+type Call struct {
+	Script Script
+	Keys   []string
+	Args   []any
+}
+
+// Evaler runs script calls on one Redis instance: the one thing a backend
+// built on another Redis client (the goredis and rueidis adapter modules)
+// must do for Scripted to give it every lock operation.
+type Evaler interface {
+	// Eval runs c, by SHA-1 and by source when the server answers NOSCRIPT,
+	// bounded by ctx, and returns the reply: integers as int64, bulk strings
+	// as string or []byte, arrays as []any of those, a nil reply as nil.
+	Eval(ctx context.Context, c Call) (any, error)
+}
+
+// Scripted implements every operation of a lock node (Acquire, Release,
+// Extend, the fence writes, the wake queue of WakeQueuer, fair mode's queue
+// of Queuer, AcquireAnnounced of Announcer) over an Evaler, so that every
+// backend runs exactly the same scripts with the same arguments, and every
+// script that can grant a lock (Script.Grants) passes the same guards. A
+// backend embeds it and adds Name, Close, Watch and Ping.
+type Scripted struct {
+	// Evaler runs the calls.
+	Evaler Evaler
+	// Refusal, if set, is asked before a script that can grant a lock is
+	// sent: an error refuses the call, and nothing is sent (the restart
+	// quarantine: RestartGuard.Refusal).
+	Refusal func() error
+	// Granted, if set, is asked after such a script granted the lock: an
+	// error means the grant went to a process that must not grant (the call
+	// itself dialed and found it restarted); the lock is released again and
+	// the error returned.
+	Granted func() error
+	// Timeout bounds the release that takes such a grant back (default
+	// DefaultTimeout).
+	Timeout time.Duration
+}
+
+// AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms, and
+// the channel to announce a grant on when announce is set (Announcer).
+func AcquireCall(key, fenceKey, token string, ttl time.Duration, announce bool) Call {
+	args := []any{token, ttl.Milliseconds()}
+	if announce {
+		args = append(args, TakenChannel(key))
+	}
+	return Call{AcquireScript, []string{key, fenceKey}, args}
+}
+
+// ReleaseCall is Release's call.
+func ReleaseCall(key, token string, notify bool) Call {
+	n := "0"
+	if notify {
+		n = "1"
+	}
+	return Call{ReleaseScript, []string{key}, []any{token, n}}
+}
+
+// ExtendCall is Extend's call.
+func ExtendCall(key, token string, ttl time.Duration) Call {
+	return Call{ExtendScript, []string{key}, []any{token, ttl.Milliseconds()}}
+}
+
+// WriteFenceCall is WriteFence's call.
+func WriteFenceCall(key, fenceKey, token string, fence uint64) Call {
+	return Call{WriteFenceScript, []string{key, fenceKey}, []any{token, strconv.FormatUint(fence, 10)}}
+}
+
+// RaiseFenceCall is RaiseFence's call.
+func RaiseFenceCall(fenceKey string, fence uint64) Call {
+	return Call{RaiseFenceScript, []string{fenceKey}, []any{strconv.FormatUint(fence, 10)}}
+}
+
+// AcquireQueuedCall is WakeQueuer.AcquireQueued's call; a waiter the queue
+// cannot hold is ErrInvalidWaiter.
+func AcquireQueuedCall(key, fenceKey, token string, ttl time.Duration, w Waiter) (Call, error) {
+	if err := checkWaiter(w.ID, w.Ticket); err != nil {
+		return Call{}, err
+	}
+	q, wk := WakeQueueKeys(key)
+	return Call{Script{wakeAcquireScript}, []string{key, fenceKey, q, wk},
+		[]any{token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1)}}, nil
+}
+
+// ReleaseQueuedCall is WakeQueuer.ReleaseQueued's call.
+func ReleaseQueuedCall(key, token, waiter string, reserve time.Duration) (Call, error) {
+	if waiter != "" {
+		if err := checkWaiter(waiter, 0); err != nil {
+			return Call{}, err
+		}
+	}
+	q, wk := WakeQueueKeys(key)
+	return Call{Script{wakeReleaseScript}, []string{key, q, wk}, []any{token, waiter, max(reserve.Milliseconds(), 1)}}, nil
+}
+
+// LeaveWakeQueueCall is WakeQueuer.LeaveWakeQueue's call.
+func LeaveWakeQueueCall(key, id string, reserve time.Duration) (Call, error) {
+	if err := checkWaiter(id, 0); err != nil {
+		return Call{}, err
+	}
+	q, wk := WakeQueueKeys(key)
+	return Call{Script{wakeLeaveScript}, []string{key, q, wk}, []any{id, max(reserve.Milliseconds(), 1)}}, nil
+}
+
+// AcquireFairCall is Queuer.AcquireFair's call.
+func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) Call {
+	q, qx := QueueKeys(key)
+	return Call{Script{fairAcquireScript}, []string{key, fenceKey, q, qx},
+		[]any{token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1)}}
+}
+
+// ReleaseFairCall is Queuer.ReleaseFair's call.
+func ReleaseFairCall(key, token, waiter string) Call {
+	q, qx := QueueKeys(key)
+	return Call{Script{fairReleaseScript}, []string{key, q, qx}, []any{token, waiter}}
+}
+
+// LeaveQueueCall is Queuer.LeaveQueue's call.
+func LeaveQueueCall(key, id string) Call {
+	q, qx := QueueKeys(key)
+	return Call{Script{fairLeaveScript}, []string{q, qx}, []any{id}}
+}
+
+var (
+	_ WakeQueuer = (*Scripted)(nil)
+	_ Queuer     = (*Scripted)(nil)
+	_ Announcer  = (*Scripted)(nil)
+)
+
+// run runs c, behind the guards when its script can grant a lock.
+func (s *Scripted) run(ctx context.Context, c Call) (any, error) {
+	if c.Script.Grants() && s.Refusal != nil {
+		if err := s.Refusal(); err != nil {
+			return nil, err
+		}
+	}
+	return s.Evaler.Eval(ctx, c)
+}
+
+// acquire runs an acquisition call and reads its reply; a grant that Granted
+// refuses is taken back.
+func (s *Scripted) acquire(ctx context.Context, c Call) (Acquired, error) {
+	reply, err := s.run(ctx, c)
+	if err != nil {
+		return Acquired{}, err
+	}
+	a, err := ParseAcquiredReply(reply)
+	if err != nil || !a.OK || s.Granted == nil {
+		return a, err
+	}
+	if err := s.Granted(); err != nil {
+		d := s.Timeout
+		if d <= 0 {
+			d = DefaultTimeout
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+		defer cancel()
+		_, _ = s.flag(uctx, ReleaseCall(c.Keys[0], c.Args[0].(string), false))
+		return Acquired{}, err
+	}
+	return a, nil
+}
+
+// flag runs a call whose reply is 0 or 1.
+func (s *Scripted) flag(ctx context.Context, c Call) (bool, error) {
+	reply, err := s.run(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, c.Script.Name(), reply)
+	}
+	return n == 1, nil
+}
+
+// Acquire implements Node.
+func (s *Scripted) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
+	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl, false))
+}
+
+// AcquireAnnounced implements Announcer.
+func (s *Scripted) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
+	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl, true))
+}
+
+// Release implements Node.
+func (s *Scripted) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
+	return s.flag(ctx, ReleaseCall(key, token, notify))
+}
+
+// Extend implements Node.
+func (s *Scripted) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return s.flag(ctx, ExtendCall(key, token, ttl))
+}
+
+// WriteFence implements Node.
+func (s *Scripted) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
+	return s.flag(ctx, WriteFenceCall(key, fenceKey, token, fence))
+}
+
+// RaiseFence implements Node.
+func (s *Scripted) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
+	_, err := s.flag(ctx, RaiseFenceCall(fenceKey, fence))
+	return err
+}
+
+// AcquireQueued implements WakeQueuer.
+func (s *Scripted) AcquireQueued(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
+	c, err := AcquireQueuedCall(key, fenceKey, token, ttl, w)
+	if err != nil {
+		return Acquired{}, err
+	}
+	return s.acquire(ctx, c)
+}
+
+// ReleaseQueued implements WakeQueuer.
+func (s *Scripted) ReleaseQueued(ctx context.Context, key, token, waiter string, reserve time.Duration) (bool, error) {
+	c, err := ReleaseQueuedCall(key, token, waiter, reserve)
+	if err != nil {
+		return false, err
+	}
+	return s.flag(ctx, c)
+}
+
+// LeaveWakeQueue implements WakeQueuer.
+func (s *Scripted) LeaveWakeQueue(ctx context.Context, key, id string, reserve time.Duration) error {
+	c, err := LeaveWakeQueueCall(key, id, reserve)
+	if err != nil {
+		return err
+	}
+	_, err = s.flag(ctx, c)
+	return err
+}
+
+// AcquireFair implements Queuer.
+func (s *Scripted) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
+	return s.acquire(ctx, AcquireFairCall(key, fenceKey, token, ttl, w))
+}
+
+// ReleaseFair implements Queuer.
+func (s *Scripted) ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error) {
+	return s.flag(ctx, ReleaseFairCall(key, token, waiter))
+}
+
+// LeaveQueue implements Queuer.
+func (s *Scripted) LeaveQueue(ctx context.Context, key, id string) error {
+	_, err := s.flag(ctx, LeaveQueueCall(key, id))
+	return err
+}
+
+// ParseAcquiredReply reads the reply of an acquisition script as an Evaler
+// returns it: an array of 3 elements (ok, fence counter, counter present)
+// or, for the queued acquisitions, 6 (then waiters ahead, the node's clock
+// in µs, queued).
+func ParseAcquiredReply(reply any) (Acquired, error) {
+	vals, ok := reply.([]any)
+	if !ok || (len(vals) != 3 && len(vals) != 6) {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	ints := make([]int64, len(vals))
+	for i, v := range vals {
+		if i == 1 {
+			continue
+		}
+		n, ok := v.(int64)
+		if !ok {
+			return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+		}
+		ints[i] = n
+	}
+	var fence string
+	switch f := vals[1].(type) {
+	case string:
+		fence = f
+	case []byte:
+		fence = string(f)
+	default:
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	a, err := ParseAcquired(ints[0], fence, ints[2])
+	if err != nil || len(vals) == 3 {
+		return a, err
+	}
+	if ints[3] < 0 || ints[4] < 0 {
+		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
+	}
+	a.Ahead, a.Clock, a.Unqueued = int(ints[3]), ints[4], ints[5] == 0
+	return a, nil
+}

@@ -52,12 +52,23 @@ type Client struct {
 
 // New returns a Client over nodes, each an independent Redis instance (no
 // replication between them). One node is single-instance mode with the same API.
-// The nodes stay the caller's: Close does not close them.
+// The nodes stay the caller's: Close does not close them. New refuses
+// WithNodeOptions (ErrInvalid): the nodes are built already, so give their
+// options to node.Dial or node.FromPool.
 func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.nodeOptsGiven {
+		return nil, invalid("WithNodeOptions given to New: they apply to the nodes Dial creates, and New's nodes are built already, so they would be ignored " +
+			"(a restart quarantine among them would be off): give them to node.Dial or node.FromPool")
+	}
+	return newClient(nodes, cfg)
+}
+
+// newClient is New with its options applied.
+func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	if err := checkTTL(cfg.ttl, cfg.driftFactor); err != nil {
 		return nil, err
 	}
@@ -152,6 +163,11 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 			_ = n.Close()
 		}
 	}
+	if d, set, err := node.TimeoutOf(cfg.nodeOpts...); err != nil {
+		return nil, invalid("node options: %w", err)
+	} else if set && d != cfg.nodeTimeout {
+		return nil, invalid("node timeout given twice: node.WithTimeout(%v) in WithNodeOptions, and %v as the client's node timeout (WithNodeTimeout, or its default): give it once, with WithNodeTimeout", d, cfg.nodeTimeout)
+	}
 	// One set for the nodes of this client: two URLs of one instance are refused.
 	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout), node.WithInstances(node.NewInstances())}, cfg.nodeOpts...)
 	for i, u := range urls {
@@ -162,7 +178,7 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := New(nodes, opts...)
+	c, err := newClient(nodes, cfg)
 	if err != nil {
 		closeAll()
 		return nil, err

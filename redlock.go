@@ -36,13 +36,11 @@ type Client struct {
 	cleanup       context.Context
 	cancelCleanup context.CancelFunc
 
-	breakers []*breaker // per node; nil for a node without a breaker (health.go)
-
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
 
-	health    *health                // nodes that failed lately, skipped as gates
+	health    []*nodeHealth          // per node: its breaker, and what Health reports (health.go)
 	contended map[string]*contention // resources refused lately (guarded by qmu)
 
 	waiterGroup string       // fair mode: the waiters' ids' group, random (newWaiter)
@@ -80,17 +78,23 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 		all[i] = i
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
-		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
-		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
+		stop:   make(chan struct{}),
+		health: make([]*nodeHealth, len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup()}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.queued = true
 	for i, n := range nodes {
 		if _, ok := n.(node.WakeQueuer); !ok {
 			c.queued = false
 		}
-		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
-			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
+		threshold := 0 // no breaker
+		if _, ok := n.(Pinger); ok {
+			threshold = cfg.breakerFailures
 		}
+		c.health[i] = newNodeHealth(threshold, cfg.nodeTimeout)
+	}
+	if n := len(nodes); n%2 == 0 && cfg.logger != nil {
+		cfg.logger.Warn("even number of nodes: it tolerates no more failed nodes than one node fewer would, and costs one more vote per call",
+			"nodes", n, "majority", quorum.Majority(n), "tolerates", n-quorum.Majority(n))
 	}
 	return c, nil
 }
@@ -557,7 +561,7 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 // node whose breaker is open, the release waits (bounded, deduplicated) until
 // the node answers again.
 func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) {
-	if b := c.breakers[i]; b != nil && b.deferRelease(key, token, notify) {
+	if c.health[i].deferRelease(key, token, notify) {
 		return // a waiter still queued there is dropped when its lease runs out
 	}
 	c.releaseNow(i, key, token, waiter, notify)
@@ -571,7 +575,7 @@ func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
 		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)
 		return ok, ok, err
 	})
-	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {
+	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
 		return
 	}
 	if err != nil {

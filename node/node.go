@@ -537,6 +537,13 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 		return nil, err
 	}
 	defer c.Close() // back to the pool, or dropped if it failed
+	if r.quarantine != nil && grantScript(cmd, args) {
+		// The pool may have dialed for this very call, and its dial may
+		// have fed the guard the restart (WithRestartGuard): ask again.
+		if err := r.quarantine.Refusal(); err != nil {
+			return nil, err
+		}
+	}
 	return redis.DoContext(c, ctx, cmd, args...)
 }
 

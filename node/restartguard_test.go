@@ -186,6 +186,43 @@ func TestRestartGuardFromPool(t *testing.T) {
 	}
 }
 
+// A pool whose dial feeds the guard: the connection dialed for the first
+// acquisition after a restart is the one that sees it, and that acquisition is
+// refused with nothing written.
+func TestRestartGuardFedByPoolDial(t *testing.T) {
+	s := redistest.Start(t) // started just now: quarantined
+	g, err := node.NewRestartGuard(time.Minute)
+	require.NoError(t, err)
+	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialContext(ctx, "tcp", s.Addr())
+		if err != nil {
+			return nil, err
+		}
+		info, err := redis.String(redis.DoContext(c, ctx, "INFO", "server"))
+		if err == nil {
+			err = g.Observe(info, time.Now())
+		}
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}}
+	defer pool.Close()
+	n, err := node.FromPool(pool, "pooled", node.WithRestartGuard(g))
+	require.NoError(t, err)
+	defer n.Close()
+	require.NoError(t, g.Refusal(), "nothing dialed yet")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = n.Acquire(ctx, "k", "k:f", "t", time.Minute)
+	require.ErrorIs(t, err, node.ErrQuarantined)
+	assert.Empty(t, s.Keys("*"), "the SET must not reach the node")
+	ok, err := n.Release(ctx, "k", "t", false)
+	require.NoError(t, err, "releases go through")
+	assert.False(t, ok)
+}
+
 // A dialed node feeds a guard given with WithRestartGuard the INFO of its new
 // connections, as WithRestartQuarantine does.
 func TestRestartGuardDialFeedsGuard(t *testing.T) {

@@ -207,39 +207,17 @@ var errSplitVote = errors.New("votes split between contenders: gave up early and
 // learns nothing.
 var errNotSent = errors.New("not sent")
 
-// health remembers which nodes failed lately, to choose gates that answer.
-type health struct {
-	until []atomic.Int64 // per node: suspect until this time (UnixNano), 0 if not
-}
-
-func newHealth(n int) *health { return &health{until: make([]atomic.Int64, n)} }
-
-// observe records the outcome of a call to node i: an error makes it suspect,
-// an answer clears it.
-func (h *health) observe(i int, err error, now time.Time) {
-	if err != nil {
-		h.suspect(i, now)
-		return
-	}
-	if h.until[i].Load() != 0 {
-		h.until[i].Store(0)
-	}
-}
-
-func (h *health) suspect(i int, now time.Time) { h.until[i].Store(now.Add(suspectFor).UnixNano()) }
-
-func (h *health) ok(i int, now time.Time) bool { return h.until[i].Load() <= now.UnixNano() }
-
 // gateOf returns the gate node of key: the first node, from a position every
-// client derives from the key alike, that is not suspect (the first one if
-// all are).
+// client derives from the key alike, that is fit to be a gate (nodeHealth.gateOK:
+// no failure in the last suspectFor, breaker closed, not quarantined; the
+// first one if none is).
 func (c *Client) gateOf(key string, now time.Time) int {
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(key))
 	n := len(c.nodes)
 	start := int(f.Sum32() % uint32(n))
 	for k := range n {
-		if i := (start + k) % n; c.health.ok(i, now) {
+		if i := (start + k) % n; c.health[i].gateOK(now) {
 			return i
 		}
 	}
@@ -280,7 +258,7 @@ func (c *Client) gated(key string, acquire, announce func(context.Context, int, 
 		case <-g.shut:
 			return node.Acquired{}, false, errNotSent // held on the gate
 		case <-t.C:
-			g.c.health.suspect(g.idx, g.c.cfg.clock.Now())
+			g.c.health[g.idx].suspect(g.c.cfg.clock.Now())
 		case <-ctx.Done():
 			return node.Acquired{}, false, errNotSent
 		}

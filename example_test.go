@@ -133,3 +133,37 @@ func ExampleLock_Fence() {
 	// <nil>
 	// true
 }
+
+func ExampleClient_Health() {
+	urls, stop := embeddedNodes(3)
+	defer stop()
+	urls[2] = "redis://127.0.0.1:1" // nothing listens there
+	client, err := redlock.Dial(urls, redlock.WithHooks(redlock.Hooks{
+		OnNodeHealth: func(e redlock.NodeHealthEvent) {
+			fmt.Printf("hook: %s -> %s (%s)\n", e.From, e.State, e.LastErrorKind)
+		},
+	}))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	lock, err := client.TryLock(ctx, "invoice-42") // two of three nodes agree
+	if err != nil {
+		panic(err)
+	}
+	_ = lock.Release(ctx)
+	client.Close() // waits for the third node's answer
+
+	for i, h := range client.Health() {
+		if h.State == redlock.NodeOK {
+			fmt.Println(i, h.State)
+			continue
+		}
+		fmt.Println(i, h.State, h.LastErrorKind)
+	}
+	// Output:
+	// hook: ok -> failing (refused)
+	// 0 ok
+	// 1 ok
+	// 2 failing refused
+}

@@ -28,6 +28,11 @@ type Hooks struct {
 	OnLost func(LostEvent)
 	// OnRelease follows every Release, with how long the lock was held.
 	OnRelease func(ReleaseEvent)
+	// OnNodeHealth follows every change of a node's health state (see
+	// Client.Health), once per change: a node failing, quarantined, its
+	// breaker opening, and each back to ok. A node whose calls alternate
+	// between failing and answering changes state each time.
+	OnNodeHealth func(NodeHealthEvent)
 }
 
 // WithHooks sets the client's hooks.

@@ -40,8 +40,11 @@ type config struct {
 	logger      *slog.Logger
 	clock       clock.Clock
 	nodeOpts    []node.Option
-	hooks       Hooks
-	fair        bool
+	// nodeOptsGiven: WithNodeOptions was given (nodeOpts also holds what
+	// WithLogger adds); New refuses it.
+	nodeOptsGiven bool
+	hooks         Hooks
+	fair          bool
 
 	breakerFailures int
 }
@@ -160,7 +163,11 @@ func checkBackoff(min, max time.Duration) error {
 }
 
 // WithNodeTimeout bounds every call to one node (default 500ms), in addition to
-// the caller's context. It must be in (0, node.MaxTimeout].
+// the caller's context. It must be in (0, node.MaxTimeout]. It is the one node
+// timeout of a Client: the client bounds its rounds with it, and Dial gives it to
+// its nodes (node.WithTimeout). A node.WithTimeout among WithNodeOptions with
+// another value than this one (or than the default when this option is not
+// given) makes Dial fail with ErrInvalid: give the timeout once, here.
 func WithNodeTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if err := node.CheckTimeout(d); err != nil {
@@ -207,9 +214,17 @@ func WithClock(cl clock.Clock) Option {
 	})
 }
 
-// WithNodeOptions passes options to the nodes that Dial creates.
+// WithNodeOptions passes options to the nodes that Dial creates. New refuses it
+// with ErrInvalid: its nodes exist already, so the options could not apply (a
+// restart quarantine believed on would be off); give them to node.Dial or
+// node.FromPool instead. A node.WithTimeout among them must agree with the
+// client's node timeout (WithNodeTimeout).
 func WithNodeOptions(opts ...node.Option) Option {
-	return optionFunc(func(c *config) error { c.nodeOpts = append(c.nodeOpts, opts...); return nil })
+	return optionFunc(func(c *config) error {
+		c.nodeOpts = append(c.nodeOpts, opts...)
+		c.nodeOptsGiven = c.nodeOptsGiven || len(opts) > 0
+		return nil
+	})
 }
 
 // WithFair makes the client's acquisitions first come, first served across

@@ -36,13 +36,11 @@ type Client struct {
 	cleanup       context.Context
 	cancelCleanup context.CancelFunc
 
-	breakers []*breaker // per node; nil for a node without a breaker (health.go)
-
 	qmu    sync.Mutex
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
 
-	health    *health                // nodes that failed lately, skipped as gates
+	health    []*nodeHealth          // per node: its breaker, and what Health reports (health.go)
 	contended map[string]*contention // resources refused lately (guarded by qmu)
 
 	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
@@ -53,12 +51,23 @@ type Client struct {
 
 // New returns a Client over nodes, each an independent Redis instance (no
 // replication between them). One node is single-instance mode with the same API.
-// The nodes stay the caller's: Close does not close them.
+// The nodes stay the caller's: Close does not close them. New refuses
+// WithNodeOptions (ErrInvalid): the nodes are built already, so give their
+// options to node.Dial or node.FromPool.
 func New(nodes []node.Node, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.nodeOptsGiven {
+		return nil, invalid("WithNodeOptions given to New: they apply to the nodes Dial creates, and New's nodes are built already, so they would be ignored " +
+			"(a restart quarantine among them would be off): give them to node.Dial or node.FromPool")
+	}
+	return newClient(nodes, cfg)
+}
+
+// newClient is New with its options applied.
+func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	if err := checkTTL(cfg.ttl, cfg.driftFactor); err != nil {
 		return nil, err
 	}
@@ -70,17 +79,23 @@ func New(nodes []node.Node, opts ...Option) (*Client, error) {
 		all[i] = i
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
-		breakers: make([]*breaker, len(nodes)), stop: make(chan struct{}),
-		health: newHealth(len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
+		stop:   make(chan struct{}),
+		health: make([]*nodeHealth, len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.queued = true
 	for i, n := range nodes {
 		if _, ok := n.(node.WakeQueuer); !ok {
 			c.queued = false
 		}
-		if _, ok := n.(Pinger); ok && cfg.breakerFailures > 0 {
-			c.breakers[i] = newBreaker(cfg.breakerFailures, cfg.nodeTimeout)
+		threshold := 0 // no breaker
+		if _, ok := n.(Pinger); ok {
+			threshold = cfg.breakerFailures
 		}
+		c.health[i] = newNodeHealth(threshold, cfg.nodeTimeout)
+	}
+	if n := len(nodes); n%2 == 0 && cfg.logger != nil {
+		cfg.logger.Warn("even number of nodes: it tolerates no more failed nodes than one node fewer would, and costs one more vote per call",
+			"nodes", n, "majority", quorum.Majority(n), "tolerates", n-quorum.Majority(n))
 	}
 	return c, nil
 }
@@ -153,6 +168,11 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 			_ = n.Close()
 		}
 	}
+	if d, set, err := node.TimeoutOf(cfg.nodeOpts...); err != nil {
+		return nil, invalid("node options: %w", err)
+	} else if set && d != cfg.nodeTimeout {
+		return nil, invalid("node timeout given twice: node.WithTimeout(%v) in WithNodeOptions, and %v as the client's node timeout (WithNodeTimeout, or its default): give it once, with WithNodeTimeout", d, cfg.nodeTimeout)
+	}
 	// One set for the nodes of this client: two URLs of one instance are refused.
 	nodeOpts := append([]node.Option{node.WithTimeout(cfg.nodeTimeout), node.WithInstances(node.NewInstances())}, cfg.nodeOpts...)
 	for i, u := range urls {
@@ -163,7 +183,7 @@ func Dial(urls []string, opts ...Option) (*Client, error) {
 		}
 		nodes = append(nodes, n)
 	}
-	c, err := New(nodes, opts...)
+	c, err := newClient(nodes, cfg)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -545,7 +565,7 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 // node whose breaker is open, the release waits (bounded, deduplicated) until
 // the node answers again.
 func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) {
-	if b := c.breakers[i]; b != nil && b.deferRelease(key, token, notify) {
+	if c.health[i].deferRelease(key, token, notify) {
 		return // a waiter still queued there is dropped when its lease runs out
 	}
 	c.releaseNow(i, key, token, waiter, notify)
@@ -559,7 +579,7 @@ func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
 		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)
 		return ok, ok, err
 	})
-	if errors.Is(err, ErrNodeDown) && c.breakers[i].deferRelease(key, token, notify) {
+	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
 		return
 	}
 	if err != nil {

@@ -41,8 +41,8 @@ const (
 // [1 KiB, 512 MiB] (default DefaultMaxReplyBytes), maxElements array elements in
 // [16, 1<<24] (default DefaultMaxReplyElements). A reply beyond them fails the
 // call with ErrReplyTooLarge before the client allocates it, and closes the
-// connection. Nodes made by FromPool read replies with the pool's connections and
-// are not covered.
+// connection. FromPool refuses it: its nodes read replies with the pool's
+// connections, which the limits cannot cover.
 func WithReplyLimits(maxBytes, maxElements int64) Option {
 	return optionFunc(func(c *config) error {
 		if maxBytes < 1<<10 || maxBytes > 512<<20 {
@@ -51,7 +51,7 @@ func WithReplyLimits(maxBytes, maxElements int64) Option {
 		if maxElements < 16 || maxElements > 1<<24 {
 			return fmt.Errorf("%w: reply element limit %d must be in [16, %d]", ErrInvalidOption, maxElements, 1<<24)
 		}
-		c.limits = replyLimits{bytes: maxBytes, elems: maxElements}
+		c.limits, c.limitsSet = replyLimits{bytes: maxBytes, elems: maxElements}, true
 		return nil
 	})
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -39,8 +38,9 @@ func (e *SameInstanceError) Unwrap() error { return ErrSameInstance }
 // nodes one set. It is safe for concurrent use.
 //
 // A server that refuses INFO (an ACL without +info), or whose INFO server has no
-// run_id (some Redis-compatible servers), is not checked. Nodes made
-// by FromPool are not checked (they do not dial).
+// run_id (some Redis-compatible servers), is not checked. FromPool refuses
+// WithInstances (its nodes do not dial). With WithRestartQuarantine too, one
+// INFO server per new connection serves both checks.
 type Instances struct {
 	mu    sync.Mutex
 	owner map[string]string // run id → the node that reported it
@@ -86,22 +86,19 @@ func WithInstances(s *Instances) Option {
 	})
 }
 
-// dialed checks a new connection of the node named name; on error it closes c.
-func (s *Instances) dialed(ctx context.Context, name string, c redis.Conn) error {
-	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "server"))
+// dialed checks a new connection of the node named name, given the reply to
+// the INFO server the dial ran (info, or infoErr). The caller closes the
+// connection when it fails.
+func (s *Instances) dialed(name, info string, infoErr error) error {
 	var re redis.Error
-	if errors.As(err, &re) {
+	if errors.As(infoErr, &re) {
 		return nil // INFO not allowed (ACL): no check
 	}
-	if err == nil {
-		if err = s.Observe(name, info); errors.Is(err, ErrUnexpectedReply) {
-			return nil // a Redis-compatible server without run_id: no check
-		}
-	} else {
-		err = fmt.Errorf("node: same-instance check: INFO server: %w", err)
+	if infoErr != nil {
+		return fmt.Errorf("node: same-instance check: INFO server: %w", infoErr)
 	}
-	if err != nil {
-		c.Close()
+	if err := s.Observe(name, info); !errors.Is(err, ErrUnexpectedReply) {
+		return err
 	}
-	return err
+	return nil // a Redis-compatible server without run_id: no check
 }

@@ -94,8 +94,14 @@ type config struct {
 	log     *slog.Logger
 	dialer  DialFunc // WithDialer; nil = a net.Dialer
 
-	quarantine *quarantine // WithRestartQuarantine (restart.go); nil when off
-	instances  *Instances  // WithInstances (instance.go); nil when off
+	quarantine *RestartGuard // WithRestartQuarantine or WithRestartGuard (restart.go); nil when off
+	instances  *Instances    // WithInstances (instance.go); nil when off
+
+	// What was given, for FromPool to refuse what it cannot honour, and for
+	// the lock client to tell a timeout given twice (TimeoutOf).
+	timeoutSet, connsSet, limitsSet bool
+	ownGuard                        bool // the guard comes from WithRestartQuarantine: Dial feeds it
+	guardSet                        bool // WithRestartGuard
 }
 
 // WithTimeout bounds each call to the node (including taking a connection and
@@ -105,9 +111,21 @@ func WithTimeout(d time.Duration) Option {
 		if err := CheckTimeout(d); err != nil {
 			return err
 		}
-		c.timeout = d
+		c.timeout, c.timeoutSet = d, true
 		return nil
 	})
+}
+
+// TimeoutOf returns the per-call timeout that opts set (WithTimeout; the last
+// one wins), and whether any of them sets one. It fails as Dial would on an
+// invalid option. The lock client uses it to refuse a node timeout given both
+// ways with different values.
+func TimeoutOf(opts ...Option) (d time.Duration, set bool, err error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return 0, false, err
+	}
+	return cfg.timeout, cfg.timeoutSet, nil
 }
 
 // WithConnections sets how many connections a dialed node pipelines its
@@ -118,14 +136,15 @@ func WithConnections(n int) Option {
 		if n < 1 || n > 64 {
 			return fmt.Errorf("%w: connections %d must be in [1, 64]", ErrInvalidOption, n)
 		}
-		c.conns = n
+		c.conns, c.connsSet = n, true
 		return nil
 	})
 }
 
 // WithTLSConfig sets the TLS configuration used for rediss:// URLs (by default,
 // the system's roots and the URL's host as the server name). Dial refuses it with
-// a redis:// URL rather than connect in plaintext.
+// a redis:// URL rather than connect in plaintext; FromPool refuses it (the pool
+// dials).
 func WithTLSConfig(cfg *tls.Config) Option {
 	return optionFunc(func(c *config) error { c.tls = cfg; return nil })
 }
@@ -160,7 +179,7 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // SELECT run over the connection it returns, all still bounded by the call's
 // context. d must return once its context ends: callers do not wait longer
 // than their deadline, but a dial that never returns is a goroutine that
-// never ends. FromPool ignores it: the pool dials.
+// never ends. FromPool refuses it: the pool dials.
 func WithDialer(d DialFunc) Option {
 	return optionFunc(func(c *config) error {
 		if d == nil {
@@ -275,8 +294,9 @@ func (s *script) Hash() string { return s.hash }
 type Redis struct {
 	sub *subscriber
 	mux *mux // dialed nodes: pipelined connections
-	// quarantine refuses acquisitions after a restart (WithRestartQuarantine).
-	quarantine *quarantine
+	// quarantine refuses acquisitions after a restart (WithRestartQuarantine,
+	// WithRestartGuard).
+	quarantine *RestartGuard
 	pool       *redis.Pool // nodes made by FromPool
 	name       string
 	timeout    time.Duration
@@ -309,18 +329,21 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 	target.dialer = cfg.dialer
 	dial := func(ctx context.Context) (redis.Conn, error) {
 		c, err := dialConn(ctx, target)
-		if err == nil && cfg.instances != nil {
-			if err = cfg.instances.dialed(ctx, name, c); err != nil {
-				c.Close()
-			}
+		if err != nil || (cfg.instances == nil && cfg.quarantine == nil) {
+			return c, err
 		}
-		if err != nil {
-			return nil, err
+		// One INFO server per new connection feeds both checks.
+		info, infoErr := redis.String(redis.DoContext(c, ctx, "INFO", "server"))
+		if cfg.instances != nil {
+			if err := cfg.instances.dialed(name, info, infoErr); err != nil {
+				c.Close()
+				return nil, err
+			}
 		}
 		if cfg.quarantine == nil {
 			return c, nil
 		}
-		return cfg.quarantine.dialed(ctx, c)
+		return quarantineDialed(cfg.quarantine, c, info, infoErr)
 	}
 	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
 	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
@@ -330,6 +353,16 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 // FromPool returns a node that uses an existing pool. The pool's connections must
 // support contexts (those of redis.Dial do). name identifies the instance (for
 // example its host:port/db). Close does not close a pool given here.
+//
+// The pool dials, so the options about dialing and connections cannot apply:
+// FromPool refuses them with ErrInvalidOption rather than ignore them
+// (WithRestartQuarantine, WithInstances, WithTLSConfig, WithDialer,
+// WithConnections, WithReplyLimits). In particular it cannot see a restart of
+// the node by itself: give it WithRestartGuard and feed the guard (Observe the
+// INFO server of the pool's new connections, from the pool's Dial, or call
+// Restarted), or the node grants locks right after a restart that lost its keys
+// (docs/safety.md). WithTimeout, WithName, WithLogger and WithRestartGuard
+// apply.
 func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
@@ -341,6 +374,9 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.poolUnsupported(); err != nil {
+		return nil, err
+	}
 	if cfg.name != "" {
 		name = cfg.name
 	}
@@ -348,7 +384,43 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log)}, nil
+	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}, nil
+}
+
+// poolUnsupported names the options given that a node made by FromPool cannot
+// honour, in an ErrInvalidOption.
+func (c *config) poolUnsupported() error {
+	var bad []string
+	for _, o := range []struct {
+		given bool
+		name  string
+	}{
+		{c.ownGuard, "WithRestartQuarantine (the pool dials, so the node cannot see restarts: use WithRestartGuard and feed the guard)"},
+		{c.instances != nil, "WithInstances"},
+		{c.tls != nil, "WithTLSConfig"},
+		{c.dialer != nil, "WithDialer"},
+		{c.connsSet, "WithConnections"},
+		{c.limitsSet, "WithReplyLimits"},
+	} {
+		if o.given {
+			bad = append(bad, o.name)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: FromPool cannot honour %s: the pool dials and owns the connections", ErrInvalidOption, strings.Join(bad, ", "))
+}
+
+// Refusal returns the node's current restart quarantine (a *QuarantineError,
+// errors.Is ErrQuarantined) while it refuses acquisitions, and nil otherwise
+// (always nil without WithRestartQuarantine or WithRestartGuard). The lock
+// client reports it in its nodes' health.
+func (r *Redis) Refusal() error {
+	if r.quarantine == nil {
+		return nil
+	}
+	return r.quarantine.Refusal()
 }
 
 // Name returns the node's name.
@@ -433,7 +505,7 @@ func (r *Redis) flag(ctx context.Context, s *script, keysAndArgs ...any) (bool, 
 // the restart, refuses it too (quarantinedConn).
 func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
 	if s.grants && r.quarantine != nil {
-		if err := r.quarantine.refusal(); err != nil {
+		if err := r.quarantine.Refusal(); err != nil {
 			return nil, err
 		}
 	}
@@ -473,6 +545,13 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 		return nil, err
 	}
 	defer c.Close() // back to the pool, or dropped if it failed
+	if r.quarantine != nil && grantScript(cmd, args) {
+		// The pool may have dialed for this very call, and its dial may
+		// have fed the guard the restart (WithRestartGuard): ask again.
+		if err := r.quarantine.Refusal(); err != nil {
+			return nil, err
+		}
+	}
 	return redis.DoContext(c, ctx, cmd, args...)
 }
 

@@ -43,7 +43,10 @@ type QuarantineError struct {
 
 func (e *QuarantineError) Error() string {
 	why := fmt.Sprintf("it has been up only %v, less than the %v quarantine", e.Uptime, e.Quarantine)
-	if e.PrevRunID != "" {
+	switch {
+	case e.RunID == "" && e.PrevRunID == "":
+		why = fmt.Sprintf("it was reported restarted (RestartGuard.Restarted) within the %v quarantine", e.Quarantine)
+	case e.PrevRunID != "":
 		why = fmt.Sprintf("it restarted (run id %.8s… replaced by %.8s…, up %v) within the %v quarantine",
 			e.PrevRunID, e.RunID, e.Uptime, e.Quarantine)
 	}
@@ -83,8 +86,10 @@ func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
 // usual, so holders can still clean up. A node that started less than d before the
 // client first connects is quarantined too: the client cannot know what it held.
 //
-// The check costs one round trip per new connection; per call, only a read of the
-// current quarantine. It applies to nodes made by Dial (FromPool does not dial).
+// The check costs one round trip per new connection (one INFO server serves it
+// and WithInstances' check alike); per call, only a read of the current
+// quarantine. It applies to nodes made by Dial: FromPool refuses it, as the pool
+// dials (give such a node WithRestartGuard, and feed the guard yourself).
 // It relies on the node's wall clock for the uptime, so a forward clock step on
 // the node (itself a safety violation) shortens it. If INFO fails or lacks those
 // fields, the new connection is refused with the error (a failed vote, for every
@@ -95,7 +100,34 @@ func WithRestartQuarantine(d time.Duration) Option {
 		if d <= 0 || d > MaxRestartQuarantine {
 			return fmt.Errorf("%w: restart quarantine %v must be in (0, %v]", ErrInvalidOption, d, MaxRestartQuarantine)
 		}
-		c.quarantine = &quarantine{RestartGuard{d: d}} // one state per node: options are applied per Dial
+		if c.guardSet {
+			return fmt.Errorf("%w: WithRestartQuarantine and WithRestartGuard given together: give one", ErrInvalidOption)
+		}
+		c.quarantine, c.ownGuard = &RestartGuard{d: d}, true // one state per node: options are applied per Dial
+		return nil
+	})
+}
+
+// WithRestartGuard makes the node refuse every call that could grant a lock
+// (the scripts whose Script.Grants is true) while g.Refusal() is not nil,
+// with that error (a *QuarantineError, errors.Is ErrQuarantined), as
+// WithRestartQuarantine does; Release, Extend and WriteFence work as usual.
+// One guard serves one node. It is the seam for nodes that do not dial
+// themselves: a node made by FromPool cannot see its pool's new connections,
+// so whoever knows of restarts feeds g: Observe with the INFO server text of a
+// new connection, or Restarted when a restart is known otherwise (an
+// orchestrator's event, a simulation restarting an in-memory server). A node
+// made by Dial also feeds g the INFO of every connection it dials, exactly as
+// WithRestartQuarantine does. It cannot be combined with WithRestartQuarantine.
+func WithRestartGuard(g *RestartGuard) Option {
+	return optionFunc(func(c *config) error {
+		if g == nil || g.d <= 0 {
+			return fmt.Errorf("%w: WithRestartGuard needs a guard from NewRestartGuard", ErrInvalidOption)
+		}
+		if c.ownGuard {
+			return fmt.Errorf("%w: WithRestartQuarantine and WithRestartGuard given together: give one", ErrInvalidOption)
+		}
+		c.quarantine, c.guardSet = g, true
 		return nil
 	})
 }
@@ -160,6 +192,19 @@ func (g *RestartGuard) observe(runID string, uptime time.Duration, now time.Time
 	}
 }
 
+// Restarted starts a quarantine of the full duration from now, or extends the
+// current one to that: for a restart the caller learnt of otherwise than by
+// INFO (see WithRestartGuard). The *QuarantineError it leads to has no run ids
+// and a zero Uptime.
+func (g *RestartGuard) Restarted(now time.Time) {
+	e := &QuarantineError{Until: now.Add(g.d), Quarantine: g.d}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old := g.cur.Load(); old == nil || e.Until.After(old.Until) {
+		g.cur.Store(e)
+	}
+}
+
 // Refusal returns the current quarantine (a *QuarantineError), or nil when the
 // node may take part in acquisitions.
 func (g *RestartGuard) Refusal() error { return g.refusalAt(time.Now()) }
@@ -171,31 +216,25 @@ func (g *RestartGuard) refusalAt(now time.Time) error {
 	return nil
 }
 
-// quarantine is the restart detector of one dialed node.
-type quarantine struct{ RestartGuard }
-
-// dialed checks a freshly dialed connection. It returns the connection, wrapped
-// when the node is quarantined so that acquisitions on it are refused, or an
-// error (after closing c) when the check could not be made.
-func (q *quarantine) dialed(ctx context.Context, c redis.Conn) (redis.Conn, error) {
-	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "server"))
-	if err != nil {
+// quarantineDialed checks a freshly dialed connection against g, given the
+// reply to the INFO server the dial ran (info, or infoErr). It returns the
+// connection, wrapped when the node is quarantined so that acquisitions on it
+// are refused, or an error (after closing c) when the check could not be made.
+func quarantineDialed(g *RestartGuard, c redis.Conn, info string, infoErr error) (redis.Conn, error) {
+	if infoErr != nil {
 		c.Close()
-		return nil, fmt.Errorf("node: restart check: INFO server: %w", err)
+		return nil, fmt.Errorf("node: restart check: INFO server: %w", infoErr)
 	}
 	now := time.Now()
-	if err := q.Observe(info, now); err != nil {
+	if err := g.Observe(info, now); err != nil {
 		c.Close()
 		return nil, err
 	}
-	if q.refusalAt(now) != nil {
-		return &quarantinedConn{Conn: c, q: q}, nil
+	if g.refusalAt(now) != nil {
+		return &quarantinedConn{Conn: c, q: g}, nil
 	}
 	return c, nil // the common case: nothing to check per call
 }
-
-// refusal returns the current quarantine, or nil once it has ended.
-func (q *quarantine) refusal() error { return q.Refusal() }
 
 // parseServerInfo reads run_id and uptime_in_seconds from INFO server.
 func parseServerInfo(info string) (runID string, uptime time.Duration, err error) {
@@ -233,7 +272,7 @@ func parseServerInfo(info string) (runID string, uptime time.Duration, err error
 // extensions pipelined with it go through.
 type quarantinedConn struct {
 	redis.Conn
-	q *quarantine
+	q *RestartGuard
 }
 
 var (
@@ -243,7 +282,7 @@ var (
 
 func (c *quarantinedConn) check(cmd string, args []any) error {
 	if grantScript(cmd, args) {
-		return c.q.refusal()
+		return c.q.Refusal()
 	}
 	return nil
 }

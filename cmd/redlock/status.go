@@ -20,11 +20,13 @@ import (
 
 const statusHelpText = `Usage: redlock status [flags] NAME
 
-Shows, for every node, whether the lock NAME is held, the time left on its lease
-(Redis PTTL), a digest of the holder's token (never the token itself), and the
-node's fencing counter; then on how many nodes one holder has it, against the
-majority a holder needs. Nodes that do not answer within --timeout are listed
-with the error. It only reads: it never takes, extends or releases the lock.
+Shows, for every node, its health state as the library reports it (ok,
+failing:KIND with the kind of error, quarantined:LEFT with --restart-quarantine),
+whether the lock NAME is held, the time left on its lease (Redis PTTL), a digest
+of the holder's token (never the token itself), and the node's fencing counter;
+then on how many nodes one holder has it, against the majority a holder needs.
+Nodes that do not answer within --timeout are listed with the error. It only
+reads: it never takes, extends or releases the lock.
 
 Flags:
 %s
@@ -54,14 +56,29 @@ type nodeStatus struct {
 	fence    uint64
 	hasFence bool
 	info     string // INFO server, to tell two addresses of one instance
+	// quarantine is the restart quarantine the node is in (--restart-quarantine)
+	quarantine *node.QuarantineError
+}
+
+// state is the node's health state, in the words of redlock.NodeHealth.
+func (s nodeStatus) state() string {
+	switch {
+	case s.err != nil:
+		return string(redlock.NodeFailing) + ":" + redlock.NodeErrorKind(s.err)
+	case s.quarantine != nil:
+		return string(redlock.NodeQuarantined) + ":" + time.Until(s.quarantine.Until).Round(100*time.Millisecond).String()
+	}
+	return string(redlock.NodeOK)
 }
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	flags := newFlagSet("status", stderr)
 	nodesFlag := flags.String("nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
 	prefix := flags.String("key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
-	var timeout time.Duration
+	var timeout, quarantine time.Duration
 	durationVar(flags, &timeout, "timeout", 2*time.Second, "how long to wait for each node")
+	durationVar(flags, &quarantine, "restart-quarantine", 0,
+		"show nodes up less than `D` as quarantined, as node.WithRestartQuarantine(D) would (0: off)")
 	var conn connFlags
 	conn.register(flags)
 	help := fmt.Sprintf(statusHelpText, flagHelp(flags), connEnvHelp)
@@ -74,6 +91,11 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "status", "unexpected argument %q after NAME", rest[0])
 	}
 	ns, err := checkStatusArgs(name, *prefix, *nodesFlag, flagGiven(flags, "nodes"), timeout)
+	if err == nil && quarantine != 0 {
+		if err = checkDuration("restart-quarantine", quarantine, true); err == nil {
+			_, err = node.NewRestartGuard(quarantine)
+		}
+	}
 	if err == nil {
 		err = conn.apply(ns)
 	}
@@ -82,11 +104,17 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	key, fenceKey := redlock.LockKey(*prefix, name), redlock.FenceKey(*prefix, name)
 	statuses := readStatuses(ns, key, fenceKey, timeout)
+	if quarantine > 0 {
+		restartQuarantines(statuses, quarantine)
+	}
 
 	fmt.Fprintf(stdout, "lock %q (key %s) on %d nodes, majority %d\n\n", name, key, len(ns.urls), ns.majority())
 	sum := printStatuses(stdout, ns, statuses, timeout)
 	fmt.Fprintln(stdout)
 	sum.print(stdout, len(ns.urls), ns.majority())
+	if n := len(ns.urls); n%2 == 0 {
+		fmt.Fprintf(stdout, "note: %d nodes, an even count, tolerate %d failed nodes, as %d would\n", n, n-ns.majority(), n-1)
+	}
 	if sum.answered < ns.majority() {
 		return 1
 	}
@@ -135,10 +163,10 @@ type statusSummary struct {
 func printStatuses(w io.Writer, ns *nodeSet, statuses []nodeStatus, timeout time.Duration) statusSummary {
 	sum := statusSummary{holders: map[string]int{}}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tHELD\tTTL\tHOLDER\tFENCE")
+	fmt.Fprintln(tw, "NODE\tSTATE\tHELD\tTTL\tHOLDER\tFENCE")
 	for _, s := range statuses {
 		if s.err != nil {
-			fmt.Fprintf(tw, "%s\terror: %s\n", s.name, ns.scrub(describeNodeErr(s.err, timeout)))
+			fmt.Fprintf(tw, "%s\t%s\terror: %s\n", s.name, s.state(), ns.scrub(describeNodeErr(s.err, timeout)))
 			continue
 		}
 		sum.answered++
@@ -156,7 +184,7 @@ func printStatuses(w io.Writer, ns *nodeSet, statuses []nodeStatus, timeout time
 			sum.anyFence = true
 			sum.maxFence = max(sum.maxFence, s.fence)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.name, held, ttl, holder, fence)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.name, s.state(), held, ttl, holder, fence)
 	}
 	tw.Flush()
 	return sum
@@ -248,6 +276,26 @@ func sameInstances(statuses []nodeStatus) {
 		if err := set.Observe(s.name, s.info); errors.Is(err, node.ErrSameInstance) {
 			s.err = err
 		}
+	}
+}
+
+// restartQuarantines marks the nodes that a restart quarantine of d would
+// keep out of acquisitions (node.RestartGuard's rule on their INFO server).
+// A node that answered without INFO (an ACL) is left as it is.
+func restartQuarantines(statuses []nodeStatus, d time.Duration) {
+	for i := range statuses {
+		s := &statuses[i]
+		if s.err != nil || s.info == "" {
+			continue
+		}
+		g, err := node.NewRestartGuard(d)
+		if err != nil {
+			return
+		}
+		if err := g.Observe(s.info, time.Now()); err != nil {
+			continue
+		}
+		errors.As(g.Refusal(), &s.quarantine)
 	}
 }
 

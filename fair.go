@@ -73,50 +73,71 @@ type place struct {
 	// over is set when the Lock call returns: from then on a node that
 	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
 	over atomic.Bool
-	// provisional: the ticket still comes from this client's clock; the
-	// first queued attempt replaces it with one from the nodes' clocks
-	// (settle).
-	provisional bool
-	// requeue: the last attempt was not queued on a majority of the nodes
-	// for its ticket, and the next one goes at once with a new ticket;
-	// requeued: that next attempt was such a one (at most one in a row).
+	// requeue: the last attempt left the waiter without a place it can
+	// keep (no ticket yet, or a ticket a node refused), and the next one goes
+	// at once with a ticket from the nodes' clocks; requeued: that next
+	// attempt was such a one (at most one in a row).
 	requeue, requeued bool
 }
 
-// settle reads the replies of a failed queued attempt: how many waiters a
-// majority of the nodes had queued first (ahead), and the nodes' clocks. A
-// waiter's ticket is first its client's clock, which a node queues only
-// within node.TicketBound of its own (a client whose clock is wrong buys no
-// place); after the first queued attempt it is the median of the clocks the
-// nodes answered with, sent alike to every node at the next attempt (a
-// queued waiter's ticket moves by at most node.TicketBound), so that the
-// order of the waiters is the order of their arrival on the nodes' clocks,
-// whatever the clients' clocks say. When a majority did not queue it (its
-// ticket was out of bounds: a wrong client clock, or an entry dropped
-// long ago), it takes a new ticket from those clocks and tries again at
-// once, once.
-func (w *place) settle(replies []quorum.Reply[node.Acquired], need int) {
+// settle reads the replies of a failed attempt of waiter w: how many waiters
+// a majority of the nodes had queued first (ahead), and the nodes' clocks.
+//
+// A ticket is a time on the nodes' clocks, never this client's: a waiter
+// starts without one (0), or with the median of the clocks the nodes
+// answered with when they refused the attempt that made it a waiter
+// (ticketFrom). The first attempt without a ticket is not queued and learns
+// the clocks; the waiter then takes their median and tries again at once.
+// A node queues a waiter, or moves a queued one, only to a ticket within
+// node.TicketBound of its own clock (node.TicketRefused otherwise): when a
+// node whose clock agrees with the others (within the bound of the median)
+// refused w's ticket (it had dropped w, and the ticket has aged), w takes a
+// new ticket, sent alike to every node (w loses its place, but every node
+// orders it the same), and tries again at once. A node whose clock is
+// further off cannot queue anyone: its refusals are ignored. Only when no
+// node can tell its clock (a user without TIME) does the ticket come from
+// now, this client's clock.
+func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, now func() time.Time) {
 	w.ahead = queuedAhead(replies, need)
+	m, ok := medianClock(replies)
+	renew := w.Ticket == 0
+	if ok {
+		for _, r := range replies {
+			if r.Done && r.Err == nil && r.Value.Queue == node.TicketRefused && abs(r.Value.Clock-m) <= node.TicketBound.Microseconds() {
+				renew = true
+			}
+		}
+	} else {
+		m = now().UnixMicro()
+	}
+	if renew {
+		w.Ticket = m
+	}
+	w.requeue = renew && !w.requeued
+	w.requeued = false
+}
+
+// medianClock returns the median of the clocks the nodes answered with, and
+// whether any did.
+func medianClock(replies []quorum.Reply[node.Acquired]) (int64, bool) {
 	var clocks []int64
-	unqueued := 0
 	for _, r := range replies {
 		if r.Done && r.Err == nil && r.Value.Clock > 0 {
 			clocks = append(clocks, r.Value.Clock)
-			if r.Value.Unqueued {
-				unqueued++
-			}
 		}
 	}
 	if len(clocks) == 0 {
-		return
+		return 0, false
 	}
-	refused := unqueued >= need || (w.provisional && unqueued > 0)
-	if w.provisional || refused {
-		slices.Sort(clocks)
-		w.Ticket, w.provisional = clocks[len(clocks)/2], false
+	slices.Sort(clocks)
+	return clocks[len(clocks)/2], true
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
 	}
-	w.requeue = refused && !w.requeued
-	w.requeued = false
+	return x
 }
 
 // takeRequeue reports whether the next attempt goes at once (settle), and
@@ -138,17 +159,17 @@ func newWaiterGroup() string {
 	return g
 }
 
-// newWaiter returns a fresh place in the queues, ticketed now on this
-// client's clock, provisionally (place.settle). Its id,
+// newWaiter returns a fresh place in the queues, with ticket (0: none yet;
+// see place.settle). Its id,
 // group/n, is unique; the client's waiters share the group, and so one wake-up
 // channel per key (node.WaiterChannel): a client contending for a key again
 // and again keeps its subscription (it lingers between Lock calls, see
 // node.Watcher) instead of subscribing and unsubscribing every time. Its Lock
 // calls on one key wait one at a time (enterQueue), so a wake-up on that
 // channel is for the current one, or a stale one that costs an attempt.
-func (c *Client) newWaiter(lc lockConfig, loose bool) *place {
+func (c *Client) newWaiter(lc lockConfig, loose bool, ticket int64) *place {
 	id := c.waiterGroup + "/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	return &place{Waiter: node.Waiter{ID: id, Ticket: c.ticketNow().UnixMicro(), Lease: fairLease(lc)}, loose: loose, provisional: true}
+	return &place{Waiter: node.Waiter{ID: id, Ticket: ticket, Lease: fairLease(lc)}, loose: loose}
 }
 
 // queuedAhead returns how many waiters at least need nodes reported queued

@@ -44,7 +44,7 @@ type Client struct {
 	contended map[string]*contention // resources refused lately (guarded by qmu)
 
 	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
-	ticketNow   func() time.Time // the clock of a waiter's first ticket (newWaiter); time.Now
+	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
 	queued      bool             // every node keeps a wake queue (node.WakeQueuer): the default mode queues waiters there
 }
@@ -296,7 +296,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	}
 	defer done()
 	if c.cfg.fair {
-		lc.waiter = c.newWaiter(lc, false)
+		lc.waiter = c.newWaiter(lc, false, 0)
 	}
 	l, err := c.lockWait(ctx, resource, &lc)
 	if lc.waiter != nil {
@@ -329,7 +329,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// attempt, and listen before it (the subscription of this client's
 		// waiters lingers between Lock calls, so this costs nothing when
 		// the client contends again and again).
-		lc.waiter = c.newWaiter(*lc, true)
+		lc.waiter = c.newWaiter(*lc, true, 0)
 		p = pace{queued: true}
 		rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
 	case p.gated && !held:
@@ -361,7 +361,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 				// (a release wakes the first waiter only); otherwise through
 				// the gate, as other waiters may try too.
 				if lc.waiter == nil && c.queued {
-					lc.waiter = c.newWaiter(*lc, true)
+					lc.waiter = c.newWaiter(*lc, true, last.clock)
 					p.queued = true
 				}
 				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
@@ -423,7 +423,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 		return nil, err
 	}
 	defer done()
-	lc.waiter = c.newWaiter(lc, false)
+	lc.waiter = c.newWaiter(lc, false, 0)
 	l, err := c.try(ctx, resource, lc, false)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err
@@ -514,7 +514,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
 		if lc.waiter != nil {
-			lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)))
+			lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)), c.ticketNow)
 		}
 		c.abandonAcquire(call.Call, l)
 		undecided := errLeaseOutlived
@@ -522,6 +522,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 			undecided = errSplitVote
 		}
 		qe := call.fail(ctx, resource, ErrNotAcquired, o, undecided)
+		qe.clock, _ = medianClock(call.Replies())
 		if o.Success {
 			qe.Validity = validity
 		}

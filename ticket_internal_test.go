@@ -16,10 +16,11 @@ import (
 )
 
 // A client whose clock is wrong buys no place in the waiters' queues: of 8
-// separate clients contending for one key (hold 0), one whose clock runs an
-// hour behind and one an hour ahead, where the client reads it for a
-// waiter's ticket, none gets much more or less than the others. Before
-// tickets were bounded, the client an hour behind got 85 of 87 grants.
+// separate clients contending for one key (hold 0), whose clocks (where the
+// client reads one for a waiter's ticket: c.ticketNow) run an hour behind,
+// an hour ahead, 0.9 s behind and 0.5 s ahead, none gets much more or less
+// than the others. When tickets were the clients' clocks, the client an hour
+// behind got 85 of 87 grants, and one 0.9 s behind 5 times the others'.
 func TestWrongClockBuysNoPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -32,7 +33,7 @@ func TestWrongClockBuysNoPlace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			servers := redistest.StartN(t, 3)
 			const clients = 8
-			skew := map[int]time.Duration{0: -time.Hour, 1: time.Hour}
+			skew := map[int]time.Duration{0: -time.Hour, 1: time.Hour, 2: -900 * time.Millisecond, 3: 500 * time.Millisecond}
 			cs := make([]*Client, clients)
 			for i := range cs {
 				c, err := Dial(redistest.URLs(servers), tc.opts...)
@@ -44,7 +45,7 @@ func TestWrongClockBuysNoPlace(t *testing.T) {
 				cs[i] = c
 			}
 			grants := contend(t, cs, "tickets", 3*time.Second)
-			t.Logf("grants per client (0: an hour behind, 1: an hour ahead): %v", grants)
+			t.Logf("grants per client (clocks 0: an hour behind, 1: an hour ahead, 2: 0.9 s behind, 3: 0.5 s ahead): %v", grants)
 			lo, hi := slices.Min(grants), slices.Max(grants)
 			require.Positive(t, hi)
 			assert.GreaterOrEqual(t, float64(lo)/float64(hi), tc.fairness, "fewest/most grants: %v", grants)

@@ -3,10 +3,12 @@
 -- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] (optional) a
 -- channel to tell, when the SET succeeded, that the lock was taken (see
 -- node.Announcer)
--- Returns {1 or 0, counter as a decimal string ("0" when absent), 1 if the
--- counter exists else 0}. The counter is read in the same atomic step as the SET,
--- whether or not the SET succeeded, so that the client can compute a fencing token
--- above every counter it saw, and tell a fresh resource from a wiped node.
+-- Returns {1, counter as a decimal string ("0" when absent), 1 if the counter
+-- exists else 0} when granted; when refused, {0, counter, present, 0, the
+-- node's clock in µs, -1}, as the queued acquisitions answer. The counter is
+-- read in the same atomic step as the SET, whether or not the SET succeeded,
+-- so that the client can compute a fencing token above every counter it saw,
+-- and tell a fresh resource from a wiped node.
 -- The read comes first: a script stopped by an error (a user without GET
 -- permission) has then written nothing, and no lock key is left behind.
 local f = redis.call('GET', KEYS[2])
@@ -17,4 +19,10 @@ if ok then
   if ARGV[3] then redis.pcall('PUBLISH', ARGV[3], 'taken') end
   return {1, f, present}
 end
-return {0, f, present}
+-- Refused: the caller may wait in the nodes' queues, with a ticket taken from
+-- their clocks (node.Waiter): tell it this node's, in µs (0 when the user may
+-- not run TIME). Not queued here (-1).
+local t = redis.pcall('TIME')
+local now = 0
+if type(t) == 'table' and not t.err then now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+return {0, f, present, 0, now, -1}

@@ -23,10 +23,10 @@ var (
 )
 
 // TicketBound is how far a waiter's ticket may be from a node's clock
-// (TIME) when the node first queues it, and how far a queued waiter may move
-// its ticket afterwards: a ticket further off is not queued (Acquired.Unqueued).
-// So a client's wrong clock buys no place in a queue, at most TicketBound; the
-// nodes' own clocks must agree within it (docs/safety.md).
+// (TIME) for the node to queue the waiter with it, or to move a queued waiter
+// to it: a ticket further off is refused (TicketRefused), so no ticket buys
+// a place earlier than TicketBound before its arrival. The nodes' own clocks
+// must agree within it (docs/safety.md).
 const TicketBound = time.Second
 
 // Waiter is a place in a lock key's waiters' queue (the default mode's wake
@@ -38,8 +38,9 @@ type Waiter struct {
 	// Ticket orders the waiters: lower first, ties by ID. It is a time in µs
 	// on the nodes' clocks: the waiter chooses it and sends the same to every
 	// node, so that all nodes agree on the order, and a node queues it only
-	// within TicketBound of its own clock (Acquired.Clock tells the node's
-	// clock, from which the lock client derives its tickets).
+	// within TicketBound of its own clock (the lock client takes it from the
+	// clocks the nodes answered with: Acquired.Clock). 0 means none yet: the
+	// waiter is not queued, and learns the nodes' clocks.
 	Ticket int64
 	// Lease is how long the node keeps the waiter queued without hearing from
 	// it: a waiter that crashed blocks the queue for at most that long.

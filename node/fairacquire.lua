@@ -5,9 +5,11 @@
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] waiter id, ARGV[4] ticket
 -- (µs, chosen by the waiter, the same on every node, so that every node orders
 -- the waiters alike: node.Waiter), ARGV[5] lease in ms.
--- A waiter not queued yet is queued only with a ticket within ticketBound of
--- the node's clock; a queued one keeps its place, and may move its ticket by
--- at most ticketBound.
+-- A ticket of 0 means the waiter has none yet: it is not queued, learns the
+-- node's clock, and is granted the lock only when nobody is queued. A waiter
+-- not queued yet is queued only with a ticket within ticketBound of the
+-- node's clock; a queued one keeps its place, or moves to a ticket within the
+-- bound (a new one the client took from the nodes' clocks).
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
 -- dropped first; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
@@ -18,7 +20,9 @@
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0
 -- when it was granted, or is at the head and the lock is held), the node's
--- clock in µs, and 1 if the caller is queued here (or granted) else 0.
+-- clock in µs, and 1 if the caller is queued here (or granted), 0 if its
+-- ticket was out of bounds, -1 if it is not queued for another reason (no
+-- ticket, or it left).
 local ticketBound = 1000000 -- µs: node.TicketBound (wakequeue.lua has the same)
 local t = redis.call('TIME')
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -35,15 +39,22 @@ if redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
   -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
   -- late attempt of a Lock call that is over. Queuing it again would leave a
   -- head nobody serves until its lease ran out.
-  return {0, f, present, 0, nowus, 0}
+  return {0, f, present, 0, nowus, -1}
 end
 local ticket = tonumber(ARGV[4])
+local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
 if held then
-  if ticket ~= tonumber(held) and math.abs(ticket - tonumber(held)) <= ticketBound then
+  if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
   end
-elseif math.abs(ticket - nowus) > ticketBound then
+elseif ticket == 0 then
+  -- No ticket yet: the lock only if nobody waits for it, and no place.
+  if not redis.call('ZRANGE', KEYS[3], 0, 0)[1] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {1, f, present, 0, nowus, -1}
+  end
+  return {0, f, present, 0, nowus, -1}
+elseif not inBound then
   -- Not queued: a ticket this far from the node's clock would buy a place.
   return {0, f, present, 0, nowus, 0}
 else

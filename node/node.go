@@ -58,14 +58,38 @@ type Acquired struct {
 	// the node has queued before the caller: 0 when the caller is at the
 	// head (the lock is held), and always 0 for the other acquisitions.
 	Ahead int
-	// Clock is, for the queued acquisitions (AcquireQueued, AcquireFair), the
-	// node's clock (TIME) in µs when it ran the script; 0 for the others. A
-	// waiter derives its ticket from the nodes' clocks (see Waiter).
+	// Clock is the node's clock (TIME) in µs when it ran a queued
+	// acquisition (AcquireQueued, AcquireFair) or refused an Acquire; 0 for a
+	// granted Acquire, or when the node may not run TIME. A waiter takes its
+	// ticket from the nodes' clocks (see Waiter).
 	Clock int64
-	// Unqueued is true when a queued acquisition did not queue the waiter:
-	// its ticket was more than TicketBound from the node's clock (or the
-	// queue was full, or the waiter had left it).
-	Unqueued bool
+	// Queue tells what a queued acquisition did with the waiter.
+	Queue QueueState
+}
+
+// QueueState is what a queued acquisition did with the waiter.
+type QueueState int8
+
+const (
+	// NotQueued: the waiter is not queued on the node (a plain Acquire; a
+	// waiter without a ticket yet; a full queue; a waiter that left).
+	NotQueued QueueState = iota
+	// Queued: the waiter is queued on the node (or was granted the lock).
+	Queued
+	// TicketRefused: the node did not queue the waiter, its ticket being
+	// more than TicketBound from the node's clock; it needs a new ticket.
+	TicketRefused
+)
+
+// queueState maps a script's queue code (1, 0, -1) to a QueueState.
+func queueState(code int64) QueueState {
+	switch code {
+	case 1:
+		return Queued
+	case 0:
+		return TicketRefused
+	}
+	return NotQueued
 }
 
 // Sentinel errors of this package, reachable with errors.Is.
@@ -558,8 +582,8 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 // parseAcquired reads an acquisition script's reply, a redigo array of the
 // three elements ParseAcquired reads, and for the queued acquisitions three
 // more: the number of waiters queued before the caller (Acquired.Ahead), the
-// node's clock in µs (Acquired.Clock), and 1 if the caller is queued there
-// (else Acquired.Unqueued).
+// node's clock in µs (Acquired.Clock), and what the node did with the caller
+// (Acquired.Queue).
 func parseAcquired(reply any) (Acquired, error) {
 	vals, err := redis.Values(reply, nil)
 	if err != nil || (len(vals) != 3 && len(vals) != 6) {
@@ -568,7 +592,7 @@ func parseAcquired(reply any) (Acquired, error) {
 	ok, err1 := redis.Int64(vals[0], nil)
 	fs, err2 := redis.String(vals[1], nil)
 	present, err3 := redis.Int64(vals[2], nil)
-	var ahead, clock, queued int64 = 0, 0, 1
+	var ahead, clock, queued int64 = 0, 0, -1
 	var err4, err5, err6 error
 	if len(vals) == 6 {
 		ahead, err4 = redis.Int64(vals[3], nil)
@@ -579,6 +603,6 @@ func parseAcquired(reply any) (Acquired, error) {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
 	a, err := ParseAcquired(ok, fs, present)
-	a.Ahead, a.Clock, a.Unqueued = int(ahead), clock, queued == 0
+	a.Ahead, a.Clock, a.Queue = int(ahead), clock, queueState(queued)
 	return a, err
 }

@@ -88,6 +88,8 @@ func TestScripts(t *testing.T) {
 	require.NoError(t, err)
 	a, err = n.Acquire(ctx, "k", "k:f", "tok2", time.Second)
 	require.NoError(t, err)
+	assert.Positive(t, a.Clock, "a refusal tells the node's clock (a waiter's ticket comes from it)")
+	a.Clock = 0
 	assert.Equal(t, node.Acquired{OK: false, Fence: 18446744073709551615, HasFence: true}, a, "fence read even when the SET fails")
 	_, err = s.Do("SET", "k:f", "99")
 	require.NoError(t, err)

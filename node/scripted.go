@@ -263,8 +263,8 @@ func (s *Scripted) LeaveQueue(ctx context.Context, key, id string) error {
 
 // ParseAcquiredReply reads the reply of an acquisition script as an Evaler
 // returns it: an array of 3 elements (ok, fence counter, counter present)
-// or, for the queued acquisitions, 6 (then waiters ahead, the node's clock
-// in µs, queued).
+// or 6 (then waiters ahead, the node's clock in µs, and what the node did
+// with a waiter: 1 queued, 0 ticket refused, -1 not queued).
 func ParseAcquiredReply(reply any) (Acquired, error) {
 	vals, ok := reply.([]any)
 	if !ok || (len(vals) != 3 && len(vals) != 6) {
@@ -297,6 +297,6 @@ func ParseAcquiredReply(reply any) (Acquired, error) {
 	if ints[3] < 0 || ints[4] < 0 {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
-	a.Ahead, a.Clock, a.Unqueued = int(ints[3]), ints[4], ints[5] == 0
+	a.Ahead, a.Clock, a.Queue = int(ints[3]), ints[4], queueState(ints[5])
 	return a, nil
 }

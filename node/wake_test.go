@@ -263,9 +263,9 @@ func TestWakeQueueInvalidWaiter(t *testing.T) {
 	assert.Empty(t, q.s.Keys("*"), "nothing written")
 }
 
-// A node queues a new waiter only with a ticket within node.TicketBound of
-// its clock, and lets a queued waiter move its ticket by at most that much:
-// a client's wrong clock buys no place. Every queued acquisition reports the
+// A node queues a waiter, or moves a queued one, only to a ticket within
+// node.TicketBound of its clock: a client's wrong clock buys no place. A
+// waiter without a ticket (0) is not queued and learns the node's clock. Every queued acquisition reports the
 // node's clock. Both queues (the wake queue, fair mode's) follow the rule.
 func TestTicketBound(t *testing.T) {
 	type queue struct {
@@ -332,23 +332,25 @@ func TestTicketBound(t *testing.T) {
 			for _, tc := range []struct {
 				id     string
 				ticket int64
-				queued bool
+				want   node.QueueState
 			}{
-				{"behind/1", now - hour, false},
-				{"ahead/1", now + hour, false},
-				{"on-time/1", now + 10, true},
-				{"just-behind/1", now - bound/2, true},
+				{"behind/1", now - hour, node.TicketRefused},
+				{"ahead/1", now + hour, node.TicketRefused},
+				{"none/1", 0, node.NotQueued}, // no ticket yet: learns the clock
+				{"on-time/1", now + 10, node.Queued},
+				{"just-behind/1", now - bound/2, node.Queued},
 			} {
 				before := time.Now().UnixMicro()
 				a := q.acquire("t-"+tc.id, node.Waiter{ID: tc.id, Ticket: tc.ticket, Lease: time.Minute})
 				after := time.Now().UnixMicro()
 				assert.False(t, a.OK)
-				assert.Equal(t, !tc.queued, a.Unqueued, tc.id)
+				assert.Equal(t, tc.want, a.Queue, tc.id)
 				assert.InDelta(t, (before+after)/2, a.Clock, float64(bound/10), "%s: the node's clock, in µs", tc.id)
 			}
 			assert.Equal(t, []string{"just-behind/1", "on-time/1"}, without(q.order(), "h/1"))
 
-			// A queued waiter moves its ticket within the bound, not beyond.
+			// A queued waiter moves to a ticket within the bound of the
+			// node's clock, not beyond.
 			q.acquire("t-on-time/1", node.Waiter{ID: "on-time/1", Ticket: now - bound/2 - 5, Lease: time.Minute})
 			assert.Equal(t, []string{"on-time/1", "just-behind/1"}, without(q.order(), "h/1"), "moved by the bound")
 			q.acquire("t-just-behind/1", node.Waiter{ID: "just-behind/1", Ticket: now - 10*hour, Lease: time.Minute})

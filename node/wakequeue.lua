@@ -10,15 +10,24 @@
 -- Longest queue kept: waiters beyond it are not queued, and poll.
 local maxQueued = 256
 
--- How far, in µs, a new waiter's ticket may be from the node's clock (TIME),
--- and how far a queued waiter may move its ticket (node.TicketBound): a
--- client's wrong clock buys no place in the queue, at most this much.
+-- How far, in µs, a ticket may be from the node's clock (TIME) for the node
+-- to queue a waiter with it, or move a queued waiter to it
+-- (node.TicketBound): a ticket is a time on the nodes' clocks, and a wrong
+-- one buys no place.
 local ticketBound = 1000000
 
--- clock returns the node's time in µs (TIME), exact in a Lua number.
+-- clock returns the node's time in µs (TIME), exact in a Lua number, or 0
+-- when the user may not run TIME (an ACL of before it was needed): tickets
+-- are then not checked.
 local function clock()
-  local t = redis.call('TIME')
+  local t = redis.pcall('TIME')
+  if type(t) ~= 'table' or t.err then return 0 end
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- inBound reports whether ticket (µs) is one the node may queue at now.
+local function inBound(ticket, now)
+  return ticket > 0 and (now == 0 or math.abs(ticket - now) <= ticketBound)
 end
 
 -- parse returns the entries of queue q: {ticket = number, t = the ticket as

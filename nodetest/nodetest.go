@@ -534,7 +534,7 @@ func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
 	// second arrives first, but first's ticket is lower: it goes ahead.
 	for i, w := range []node.Waiter{second, first, second} {
 		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, w)
-		if err != nil || a.OK || a.Unqueued || a.Clock == 0 {
+		if err != nil || a.OK || a.Queue != node.Queued || a.Clock == 0 {
 			t.Fatalf("AcquireQueued of %s on a held lock: %+v, %v; want refused, queued, the node's clock", w.ID, a, err)
 		}
 		if want := i / 2; a.Ahead != want {
@@ -579,7 +579,7 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	}
 	// next holds the lock and the head of the queue; head queues behind it
 	// (tickets order waiters, the holder keeps its place until it releases).
-	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Unqueued {
+	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Queue != node.Queued {
 		t.Fatalf("AcquireFair while held: %+v, %v; want refused and queued", a, err)
 	}
 	if err := q.LeaveQueue(c, k.lock, head.ID); err != nil {
@@ -599,12 +599,17 @@ func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
 	now := time.Now().UnixMicro()
 	for _, tc := range []struct {
 		offset time.Duration
-		queued bool
-	}{{-time.Hour, false}, {time.Hour, false}, {0, true}} {
+		want   node.QueueState
+	}{{-time.Hour, node.TicketRefused}, {time.Hour, node.TicketRefused}, {0, node.Queued}} {
 		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
-		if err != nil || a.OK || a.Unqueued == tc.queued {
-			t.Fatalf("AcquireQueued with a ticket %v off: %+v, %v; want queued=%v", tc.offset, a, err, tc.queued)
+		if err != nil || a.OK || a.Queue != tc.want || a.Clock == 0 {
+			t.Fatalf("AcquireQueued with a ticket %v off: %+v, %v; want %v and the node's clock", tc.offset, a, err, tc.want)
 		}
+	}
+	// A waiter without a ticket is not queued, and learns the clock.
+	a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("none/1", 0, 0))
+	if err != nil || a.OK || a.Queue != node.NotQueued || a.Clock == 0 {
+		t.Fatalf("AcquireQueued without a ticket: %+v, %v; want not queued, and the node's clock", a, err)
 	}
 }
 

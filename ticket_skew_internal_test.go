@@ -1,0 +1,87 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// skewedNode is a node whose clock runs d µs ahead of the others, as far as
+// the queues see it: tickets are shifted by -d on the way in, the node's
+// clock by +d on the way out (what a real node with a clock d ahead does).
+type skewedNode struct {
+	*node.Redis
+	d int64
+}
+
+func (s skewedNode) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w node.Waiter) (node.Acquired, error) {
+	w.Ticket -= s.d
+	a, err := s.Redis.AcquireFair(ctx, key, fenceKey, token, ttl, w)
+	if a.Clock > 0 {
+		a.Clock += s.d
+	}
+	return a, err
+}
+
+// Nodes 0.3 s apart (within TicketBound) and a client clock 0.8 s behind:
+// the waiters' tickets come from the nodes' clocks, not the client's, so A
+// and B order W and an earlier waiter X alike, and with C down the free lock
+// is granted (with tickets from the client's clock, each was the head of one
+// node, and nobody got the lock).
+func TestNodeSkewKeepsOneOrder(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	skews := []int64{0, 300_000, 0}
+	dial := func() *Client {
+		var ns []node.Node
+		for i, s := range servers {
+			r, err := node.Dial(s.URL(), node.WithTimeout(200*time.Millisecond))
+			require.NoError(t, err)
+			t.Cleanup(func() { r.Close() })
+			ns = append(ns, skewedNode{r, skews[i]})
+		}
+		c, err := New(ns, WithFair(), WithTTL(time.Minute), WithNodeTimeout(200*time.Millisecond),
+			WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	hc, xc, wc := dial(), dial(), dial()
+	wc.ticketNow = func() time.Time { return time.Now().Add(-800 * time.Millisecond) }
+	servers[2].Kill() // a minority down
+	held, err := hc.Lock(ctx, "skew")
+	require.NoError(t, err)
+	got := make(chan string, 2)
+	go func() {
+		if _, err := xc.Lock(ctx, "skew"); err == nil {
+			got <- "X"
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		if _, err := wc.Lock(ctx, "skew"); err == nil {
+			got <- "W"
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, held.Release(ctx))
+	select {
+	case who := <-got:
+		t.Logf("%s acquired", who)
+	case <-time.After(5 * time.Second):
+		for i := 0; i < 2; i++ {
+			conn, _ := servers[i].Dial()
+			v, _ := redis.Strings(conn.Do("ZRANGE", "redlock:{skew}:q", 0, -1, "WITHSCORES"))
+			t.Logf("node %d queue (its own clock's µs, skew %d): %v", i, skews[i], v)
+			conn.Close()
+		}
+		t.Fatal("stall: nobody acquired the free lock within 5 s, 2 of 3 nodes up")
+	}
+}

@@ -1,0 +1,68 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// A fair waiter older than TicketBound that one node dropped (its lease
+// lapsed while the node was paused) takes a new ticket when that node
+// refuses its old one, so that every node orders it alike: with another node
+// down, the two left still agree on a head, and the free lock is granted.
+func TestFairLostWaiterDoesNotStall(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	dial := func() *redlock.Client {
+		c, err := redlock.Dial(redistest.URLs(servers), redlock.WithFair(), redlock.WithTTL(time.Minute),
+			redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	hc, wc, xc := dial(), dial(), dial()
+	held, err := hc.Lock(ctx, "stall")
+	require.NoError(t, err)
+
+	type res struct {
+		who string
+		at  time.Time
+		err error
+	}
+	got := make(chan res, 2)
+	go func() { l, err := wc.Lock(ctx, "stall"); got <- res{"W", time.Now(), err}; _ = l }()
+	time.Sleep(300 * time.Millisecond) // W queued on all three nodes
+	servers[2].Pause()
+	time.Sleep(3 * time.Second) // > fairLease (2.2 s): C drops W when it resumes; W's ticket is 3 s old
+	servers[2].Resume()
+	time.Sleep(500 * time.Millisecond)
+	go func() { l, err := xc.Lock(ctx, "stall"); got <- res{"X", time.Now(), err}; _ = l }()
+	time.Sleep(300 * time.Millisecond) // X queued on all three: head on C
+	servers[0].Kill()                  // a minority down: Redlock must stay live
+	start := time.Now()
+	require.NoError(t, held.Release(ctx))
+	select {
+	case r := <-got:
+		t.Logf("%s acquired after %v (err %v)", r.who, r.at.Sub(start), r.err)
+		require.NoError(t, r.err)
+	case <-time.After(8 * time.Second):
+		for _, i := range []int{1, 2} {
+			conn, err := servers[i].Dial()
+			require.NoError(t, err)
+			keys, _ := redis.Strings(conn.Do("KEYS", "*:q"))
+			for _, k := range keys {
+				v, _ := redis.Strings(conn.Do("ZRANGE", k, 0, -1, "WITHSCORES"))
+				t.Logf("node %d %s: %v", i, k, v)
+			}
+			conn.Close()
+		}
+		t.Fatalf("stall: nobody acquired the free lock within 8 s with 2 of 3 nodes up")
+	}
+}

@@ -2,8 +2,6 @@ module github.com/redlock-go/redlock/cmd/redlock
 
 go 1.25.0
 
-replace github.com/redlock-go/redlock => ../../
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/gomodule/redigo v1.9.3

@@ -17,21 +17,27 @@ const repoRoot = "../../.."
 // the repository root: the core and the adapters (testdata/consumer uses each).
 var published = []string{".", "goredis", "rueidis", "metrics", "metrics/otel"}
 
+// command is the module of the command that users go install.
+const command = "cmd/redlock"
+
 // TestConsumer builds and vets a module outside the repository that requires
 // the core and every adapter module at the version they would be tagged at,
 // served by a local file proxy built from the working tree, with no replace
 // directive: what go get does for a user once the tags exist. It also checks
 // that the consumer's module graph stays free of what only the demo and the
-// simulation use.
+// simulation use, and installs the command with go install ...@version, which
+// refuses a module whose go.mod has a replace directive.
 func TestConsumer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a module against the local proxy and the network's: not in -short")
 	}
 	proxy := t.TempDir()
-	mods, err := write(proxy, repoRoot, "", published)
+	mods, err := write(proxy, repoRoot, "", append(published, command))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := mods[len(mods)-1]
+	mods = mods[:len(mods)-1]
 
 	consumer := t.TempDir() // outside the repository: no go.work, no replace reaches it
 	src, err := os.ReadFile(filepath.Join("testdata", "consumer", "main.go"))
@@ -97,6 +103,13 @@ func TestConsumer(t *testing.T) {
 	if strings.Contains(list, "replaced") {
 		t.Errorf("a module is replaced in the consumer:\n%s", list)
 	}
+	gobin := t.TempDir()
+	env = append(env, "GOBIN="+gobin)
+	run("install", cmd.Path+"@"+cmd.Version)
+	if _, err := os.Stat(filepath.Join(gobin, "redlock")); err != nil {
+		t.Errorf("go install %s@%s: %v", cmd.Path, cmd.Version, err)
+	}
+
 	graph := run("mod", "graph")
 	for _, heavy := range []string{"github.com/alicebob/miniredis", "github.com/yuin/gopher-lua", "github.com/ory/dockertest"} {
 		if strings.Contains(graph, heavy) {

@@ -27,25 +27,25 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-timed=(. cmd/redlock goredis rueidis metrics metrics/otel bench) # real time: one at a time
-untimed=(sim internal/tools)                                     # beside them
-alone=(faults)                                                   # last, alone
+timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # real time: one at a time
+untimed="sim internal/tools"                                     # beside them
+alone="faults"                                                   # last, alone
 
-if [ $# -gt 0 ]; then # keep only the modules named
-	only() {
-		local m a
-		for m in "$@"; do for a in "${args[@]}"; do [ "$m" = "${a%/}" ] && echo "$m"; done; done
-	}
-	args=("$@")
-	for a in "${args[@]}"; do
-		case " ${timed[*]} ${untimed[*]} ${alone[*]} " in
+if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
+	for a in "$@"; do
+		case " $timed $untimed $alone " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory (${timed[*]} ${untimed[*]} ${alone[*]})" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone)" >&2; exit 2 ;;
 		esac
 	done
-	mapfile -t timed < <(only "${timed[@]}")
-	mapfile -t untimed < <(only "${untimed[@]}")
-	mapfile -t alone < <(only "${alone[@]}")
+	only() {
+		local m a out=""
+		for m in $1; do for a in "${@:2}"; do [ "$m" = "${a%/}" ] && out="$out $m"; done; done
+		echo "$out"
+	}
+	timed=$(only "$timed" "$@")
+	untimed=$(only "$untimed" "$@")
+	alone=$(only "$alone" "$@")
 fi
 
 logs=$(mktemp -d)
@@ -101,21 +101,25 @@ total=$SECONDS
 go version
 
 start=$SECONDS
-for m in "${timed[@]}" "${untimed[@]}" "${alone[@]}"; do
-	warm "$m" &
-	while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
+# Two lanes of compilation: every other module in each.
+warmed=0
+for m in $timed $untimed $alone; do
+	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
+	warmed=$((warmed + 1))
 done
+(for m in ${evens:-}; do warm "$m"; done) &
+(for m in ${odds:-}; do warm "$m"; done) &
 wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane "${timed[@]}" "${untimed[@]}"
+	lane $timed $untimed
 else
-	lane "${untimed[@]}" &
-	lane "${timed[@]}"
+	lane $untimed &
+	lane $timed
 	wait
 fi
-lane "${alone[@]}"
+lane $alone
 
 echo "--- durations (total $((SECONDS - total))s)"
 cat "$logs/durations"

@@ -3,37 +3,65 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"os/exec"
+	"testing"
 	"time"
-
-	"github.com/alicebob/miniredis/v2"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/fence"
+	"github.com/redlock-go/redlock/redistest"
 )
 
-// embeddedNodes starts n in-process Redis nodes for the examples; a real
-// deployment lists its own independent Redis instances.
-func embeddedNodes(n int) (urls []string, stop func()) {
-	var ms []*miniredis.Miniredis
-	for i := 0; i < n; i++ {
-		m, err := miniredis.Run()
+// exampleNodes starts n real redis-server processes on loopback ports for the
+// examples (redistest.Launch: persistence off, files in a temporary directory);
+// a real deployment lists its own independent Redis instances. stop kills them.
+func exampleNodes(n int) (urls []string, stop func()) {
+	dir, err := os.MkdirTemp("", "redlock-example-")
+	if err != nil {
+		panic(err)
+	}
+	var ps []*redistest.Process
+	stop = func() {
+		for _, p := range ps {
+			p.Kill()
+		}
+		_ = os.RemoveAll(dir)
+	}
+	for range n {
+		p, err := redistest.Launch("redis-server", dir)
 		if err != nil {
+			stop()
 			panic(err)
 		}
-		m.ClockTTL(true)
-		ms = append(ms, m)
-		urls = append(urls, "redis://"+m.Addr())
+		ps = append(ps, p)
+		urls = append(urls, p.URL())
 	}
-	return urls, func() {
-		for _, m := range ms {
-			m.Close()
+	return urls, stop
+}
+
+// TestMain skips the examples, which need redis-server, when it is not on PATH,
+// as redistest.Start skips the tests; under REDLOCK_REQUIRE_REDIS=1 they run and
+// fail instead.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv(redistest.RequireEnv) != "1" {
+		fmt.Fprintf(os.Stderr, "redis-server not found on PATH: skipping the examples (apt-get install -y redis-server); set %s=1 to fail instead\n", redistest.RequireEnv)
+		skip := "^Example"
+		if old := flag.Lookup("test.skip").Value.String(); old != "" {
+			skip += "|" + old
+		}
+		if err := flag.Set("test.skip", skip); err != nil {
+			panic(err)
 		}
 	}
+	os.Exit(m.Run())
 }
 
 func Example() {
-	urls, stop := embeddedNodes(3)
+	urls, stop := exampleNodes(3)
 	defer stop()
 
 	client, err := redlock.Dial(urls, redlock.WithTTL(5*time.Second))
@@ -59,7 +87,7 @@ func Example() {
 }
 
 func ExampleClient_TryLock() {
-	urls, stop := embeddedNodes(3)
+	urls, stop := exampleNodes(3)
 	defer stop()
 	client, _ := redlock.Dial(urls)
 	defer client.Close()
@@ -80,7 +108,7 @@ func ExampleClient_TryLock() {
 }
 
 func ExampleLock_Extend() {
-	urls, stop := embeddedNodes(1) // single-node mode: same API
+	urls, stop := exampleNodes(1) // single-node mode: same API
 	defer stop()
 	client, _ := redlock.Dial(urls, redlock.WithTTL(time.Second))
 	defer client.Close()
@@ -98,7 +126,7 @@ func ExampleLock_Extend() {
 }
 
 func ExampleClient_Do() {
-	urls, stop := embeddedNodes(3)
+	urls, stop := exampleNodes(3)
 	defer stop()
 	client, _ := redlock.Dial(urls, redlock.WithTTL(time.Second))
 	defer client.Close()
@@ -113,7 +141,7 @@ func ExampleClient_Do() {
 }
 
 func ExampleLock_Fence() {
-	urls, stop := embeddedNodes(3)
+	urls, stop := exampleNodes(3)
 	defer stop()
 	client, _ := redlock.Dial(urls)
 	defer client.Close()

@@ -1,6 +1,6 @@
 module github.com/redlock-go/redlock/bench
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/redlock-go/redlock => ../
 
@@ -9,7 +9,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.1.0
 )
 
 require (

@@ -391,3 +391,27 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// Markers around the part of docs/benchmarks.md written by hand (notes on a
+// run), which the command keeps when it writes the file again: KeepNotes.
+const (
+	NotesBegin = "<!-- notes: written by hand, kept by redlock-bench when it rewrites this file -->"
+	NotesEnd   = "<!-- end of notes -->"
+)
+
+// KeepNotes returns generated with the notes of old appended: the lines from
+// NotesBegin to NotesEnd, both included. It returns generated as it is when
+// old has no complete notes block.
+func KeepNotes(old, generated []byte) []byte {
+	s := string(old)
+	i := strings.Index(s, NotesBegin)
+	if i < 0 {
+		return generated
+	}
+	j := strings.Index(s[i:], NotesEnd)
+	if j < 0 {
+		return generated
+	}
+	out := strings.TrimRight(string(generated), "\n") + "\n\n" + s[i:i+j+len(NotesEnd)] + "\n"
+	return []byte(out)
+}

@@ -149,3 +149,19 @@ func TestWriteSVG(t *testing.T) {
 		t.Errorf("%d rects, want %d", rects, want)
 	}
 }
+
+// TestKeepNotes: the notes written by hand in the previous file follow the
+// generated report; without a complete block, the report is written as it is.
+func TestKeepNotes(t *testing.T) {
+	notes := bench.NotesBegin + "\n## Notes\n\nBy hand.\n" + bench.NotesEnd
+	old := []byte("# Benchmarks\n\nold tables\n\n" + notes + "\n\ntrailing text\n")
+	got := string(bench.KeepNotes(old, []byte("# Benchmarks\n\nnew tables\n")))
+	if want := "# Benchmarks\n\nnew tables\n\n" + notes + "\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	for _, old := range []string{"", "# Benchmarks\n", bench.NotesBegin + "\nno end\n"} {
+		if got := string(bench.KeepNotes([]byte(old), []byte("new\n"))); got != "new\n" {
+			t.Errorf("old %q: got %q, want the generated text alone", old, got)
+		}
+	}
+}

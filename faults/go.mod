@@ -1,13 +1,13 @@
 module github.com/redlock-go/redlock/faults
 
-go 1.26.8
+go 1.25.0
 
 replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/ory/dockertest/v3 v3.12.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 

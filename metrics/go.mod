@@ -1,6 +1,6 @@
 module github.com/redlock-go/redlock/metrics
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/redlock-go/redlock => ../
 
@@ -8,7 +8,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 

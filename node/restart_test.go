@@ -1,15 +1,18 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -162,16 +165,74 @@ func TestRestartQuarantineWithoutOptionIsOff(t *testing.T) {
 }
 
 func TestRestartQuarantineNeedsInfo(t *testing.T) {
-	// miniredis does not implement INFO server: the check cannot be made, so the
-	// connection is refused rather than trusted.
-	m := miniredis.RunT(t)
-	n, err := node.Dial("redis://"+m.Addr(), node.WithRestartQuarantine(time.Second))
+	// A server whose INFO has no server section (as miniredis answers, or a
+	// proxy): the check cannot be made, so the connection is refused rather
+	// than trusted.
+	srv := startFake(t, infoWithout)
+	n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(time.Second))
 	require.NoError(t, err)
 	defer n.Close()
 	err = n.Ping(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "restart check")
 	assert.False(t, errors.Is(err, node.ErrQuarantined))
+}
+
+// infoWithout serves RESP commands on c: INFO gets a reply with a clients
+// section only (no run_id, no uptime_in_seconds), PING gets PONG, anything else
+// an error reply.
+func infoWithout(c net.Conn) {
+	r := bufio.NewReader(c)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		reply := "-ERR unknown command\r\n"
+		switch strings.ToUpper(args[0]) {
+		case "INFO":
+			info := "# Clients\r\nconnected_clients:1\r\n"
+			reply = "$" + strconv.Itoa(len(info)) + "\r\n" + info + "\r\n"
+		case "PING":
+			reply = "+PONG\r\n"
+		}
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+// readCommand reads one command as clients send it: an array of bulk strings.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line := func() (string, error) {
+		l, err := r.ReadString('\n')
+		return strings.TrimSuffix(l, "\r\n"), err
+	}
+	head, err := line()
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(head, "*"))
+	if err != nil || !strings.HasPrefix(head, "*") || n < 1 {
+		return nil, fmt.Errorf("not a command: %q", head)
+	}
+	args := make([]string, n)
+	for i := range args {
+		h, err := line()
+		if err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimPrefix(h, "$"))
+		if err != nil || !strings.HasPrefix(h, "$") || size < 0 {
+			return nil, fmt.Errorf("not a bulk string: %q", h)
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		args[i] = string(buf[:size])
+	}
+	return args, nil
 }
 
 func serverInfo(runID string, uptimeSec int) string {

@@ -1,12 +1,12 @@
 module github.com/redlock-go/redlock/rueidis
 
-go 1.26.8
+go 1.25.0
 
 replace github.com/redlock-go/redlock => ../
 
 require (
 	github.com/redis/rueidis v1.0.79
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -171,7 +171,7 @@ func (b *batch) log(t *testing.T) {
 // replayCommand is the one-line command that replays seed in test (a -run
 // pattern, e.g. "^TestSimHeld$").
 func replayCommand(run string, seed uint64) string {
-	return fmt.Sprintf("go test ./sim -run '%s' -sim.seed=%d -v", run, seed)
+	return fmt.Sprintf("go -C sim test . -run '%s' -sim.seed=%d -v", run, seed)
 }
 
 // report prints a schedule's seed, summary, findings, full timeline (replayed
@@ -236,7 +236,7 @@ func TestSimHeld(t *testing.T) {
 		case testing.Short():
 			n = 2000
 		case raceEnabled:
-			n = 3000 // the README's test command; go test ./sim runs 10 000
+			n = 3000 // the README's test command; go -C sim test . runs 10 000
 		default:
 			n = 10000
 		}

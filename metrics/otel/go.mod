@@ -1,11 +1,11 @@
 module github.com/redlock-go/redlock/metrics/otel
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/redlock-go/redlock => ../../
 
 require (
-	github.com/redlock-go/redlock v0.0.0-00010101000000-000000000000
+	github.com/redlock-go/redlock v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

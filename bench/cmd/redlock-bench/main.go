@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/exec"
@@ -426,7 +427,8 @@ func (r *runner) killed() error {
 }
 
 // write writes the report as benchmarks.md and benchmarks.svg into docs
-// (nothing when docs is empty).
+// (nothing when docs is empty), keeping the notes written by hand in the
+// previous benchmarks.md (bench.KeepNotes).
 func write(rep *bench.Report, docs string) error {
 	if docs == "" {
 		return nil
@@ -438,7 +440,11 @@ func write(rep *bench.Report, docs string) error {
 	if err := bench.WriteSVG(&svg, rep); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(docs, "benchmarks.md"), md.Bytes(), 0o644); err != nil {
+	old, err := os.ReadFile(filepath.Join(docs, "benchmarks.md"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(docs, "benchmarks.md"), bench.KeepNotes(old, md.Bytes()), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(docs, "benchmarks.svg"), svg.Bytes(), 0o644); err != nil {

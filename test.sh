@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): go test -race ./... in every module.
+#
+#   ./test.sh                 # every module
+#   ./test.sh . sim           # only these modules (directories), in the same order
+#
+# Each module's output goes to a log, printed with the module's duration when
+# it is done. When a module fails, its --- FAIL blocks and the last 150 lines of
+# its output are printed again at the very end, so that the failure can be read
+# from a CI log alone; the status is then 1, once every module has run.
+#
+# Order, for 2 cores: every module's test binaries are compiled first, two
+# modules at a time (go test -race -exec true: nothing runs). Then the modules
+# whose tests measure real time run one after another, while the simulation
+# (virtual time) and the consumer check (internal/tools: builds a module outside
+# the repository against the working tree's modules) run beside them. The fault
+# suite, the most timing-sensitive, runs last, alone. REDLOCK_TEST_SERIAL=1 runs
+# every module one after another instead.
+#
+# The fault scenarios and the simulation append their result lines (go test
+# prints a passing package's output only with -v) to $REDLOCK_FAULT_REPORT and
+# $REDLOCK_SIM_REPORT, a temporary file unless set; printed at the end.
+#
+# redis-server and redis-sentinel on PATH and a Docker daemon are needed, or
+# the tests that need them skip (fail under REDLOCK_REQUIRE_REDIS=1 and
+# REDLOCK_REQUIRE_DOCKER=1, as in CI).
+set -uo pipefail
+cd "$(dirname "$0")"
+
+timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # real time: one at a time
+untimed="sim internal/tools"                                     # beside them
+alone="faults"                                                   # last, alone
+
+if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
+	for a in "$@"; do
+		case " $timed $untimed $alone " in
+		*" ${a%/} "*) ;;
+		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone)" >&2; exit 2 ;;
+		esac
+	done
+	only() {
+		local m a out=""
+		for m in $1; do for a in "${@:2}"; do [ "$m" = "${a%/}" ] && out="$out $m"; done; done
+		echo "$out"
+	}
+	timed=$(only "$timed" "$@")
+	untimed=$(only "$untimed" "$@")
+	alone=$(only "$alone" "$@")
+fi
+
+logs=$(mktemp -d)
+report=${REDLOCK_FAULT_REPORT:-$logs/report.txt}
+export REDLOCK_FAULT_REPORT="$report" REDLOCK_SIM_REPORT="${REDLOCK_SIM_REPORT:-$report}"
+touch "$REDLOCK_FAULT_REPORT" "$REDLOCK_SIM_REPORT"
+
+slug() { if [ "$1" = . ]; then echo root; else echo "${1//\//_}"; fi; }
+
+# say prints its input in one piece, even when two lanes finish together.
+say() {
+	if command -v flock >/dev/null 2>&1; then
+		flock "$logs/.out" cat
+	else
+		cat
+	fi
+}
+
+# warm compiles (and links) the race-enabled test binaries of module $1.
+warm() {
+	go -C "$1" test -race -count=1 -exec true ./... >"$logs/warm-$(slug "$1").log" 2>&1 ||
+		echo "(compiling $1 failed: its tests below say why)" | say
+}
+
+# run runs go test -race ./... in module $1.
+run() {
+	local m=$1 log start status=0 took verdict
+	log=$logs/$(slug "$1").log
+	start=$SECONDS
+	go -C "$m" test -race ./... >"$log" 2>&1 || status=$?
+	took=$((SECONDS - start))
+	verdict=ok
+	if [ "$status" != 0 ]; then
+		verdict="FAIL (status $status)"
+		echo "$m" >>"$logs/failed"
+	fi
+	printf '%-14s %4ds  %s\n' "$m" "$took" "$verdict" >>"$logs/durations"
+	{
+		echo "=== $m: go test -race ./... — $verdict in ${took}s"
+		cat "$log"
+	} | say
+	return "$status"
+}
+
+# lane runs modules one after another; its status is 1 if any failed.
+lane() {
+	local s=0 m
+	for m in "$@"; do run "$m" || s=1; done
+	return "$s"
+}
+
+total=$SECONDS
+go version
+
+start=$SECONDS
+# Two lanes of compilation: every other module in each.
+warmed=0
+for m in $timed $untimed $alone; do
+	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
+	warmed=$((warmed + 1))
+done
+(for m in ${evens:-}; do warm "$m"; done) &
+(for m in ${odds:-}; do warm "$m"; done) &
+wait
+echo "=== compiled every module's tests in $((SECONDS - start))s"
+
+if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
+	lane $timed $untimed
+else
+	lane $untimed &
+	lane $timed
+	wait
+fi
+lane $alone
+
+echo "--- durations (total $((SECONDS - total))s)"
+cat "$logs/durations"
+echo "--- fault and simulation results"
+cat "$REDLOCK_FAULT_REPORT"
+if [ "$REDLOCK_SIM_REPORT" != "$REDLOCK_FAULT_REPORT" ]; then
+	cat "$REDLOCK_SIM_REPORT"
+fi
+
+status=0
+if [ -s "$logs/failed" ]; then
+	status=1
+	while read -r m; do
+		log=$logs/$(slug "$m").log
+		echo "--- $m FAILED: its failing tests"
+		# A --- FAIL line and the indented lines under it (the test's log).
+		awk '/^ *--- FAIL/ { on = 1; print; next } on && /^ / { print; next } { on = 0 }' "$log"
+		echo "--- $m FAILED: the last 150 lines of its output ($log)"
+		tail -n 150 "$log"
+	done <"$logs/failed"
+else
+	rm -rf "$logs"
+fi
+exit "$status"

@@ -163,7 +163,7 @@ func ExampleLock_Fence() {
 }
 
 func ExampleClient_Health() {
-	urls, stop := embeddedNodes(3)
+	urls, stop := exampleNodes(3)
 	defer stop()
 	urls[2] = "redis://127.0.0.1:1" // nothing listens there
 	client, err := redlock.Dial(urls, redlock.WithHooks(redlock.Hooks{

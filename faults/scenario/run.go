@@ -553,8 +553,10 @@ func (r *Run) Finish() Result {
 		}
 	}
 
-	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s",
-		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions)
+	// duration_ms: from the clients' start to the check (the cluster's
+	// start-up and teardown are not included).
+	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s duration_ms=%d",
+		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions, time.Since(r.origin).Milliseconds())
 	report(line)
 	var longest time.Duration
 	for _, o := range res.Overlaps {

@@ -301,3 +301,23 @@ func TestFaultSlow(t *testing.T) {
 	}
 	run.Finish()
 }
+
+// TestCounterexampleFailsLoudly: a counterexample whose fault does not make
+// the victim forget the holder's key cannot be constructed, and says so with
+// the steps it took, instead of passing, or failing, by chance.
+func TestCounterexampleFailsLoudly(t *testing.T) {
+	c := harness.Start(t, 3)
+	run := scenario.Start(t, scenario.Config{Name: "counterexample-no-fault", Preconditions: scenario.Held, Cluster: c,
+		TTL: shortTTL, Acquisitions: 50})
+	built, err := run.Counterexample(scenario.Counterexample{Victim: 1, Blocker: 2, What: "nothing",
+		Fault: func() error { return nil }, Lease: 2 * time.Second})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "node 1 did not forget A's key while A was valid: it has A's key")
+	assert.Contains(t, err.Error(), "A (grant")
+	require.NotNil(t, built)
+	assert.NotNil(t, built.A)
+	assert.Nil(t, built.B, "B acquired although A held its majority")
+	res := run.Finish()
+	assert.Empty(t, res.Overlaps)
+	assert.Empty(t, res.Constructed)
+}

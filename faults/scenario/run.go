@@ -79,6 +79,7 @@ type Run struct {
 	wg      sync.WaitGroup
 
 	grantCount  atomic.Int64
+	enough      chan struct{} // closed once the run has cfg.Acquisitions grants
 	attempts    atomic.Int64
 	quarantined atomic.Int64 // failed attempts in which a node was quarantined
 
@@ -152,6 +153,7 @@ func Start(tb testing.TB, cfg Config) *Run {
 	r := &Run{
 		tb: tb, cfg: cfg, origin: time.Now(),
 		res: map[string]*resource{}, stop: make(chan struct{}), pins: map[string]*pin{},
+		enough: make(chan struct{}),
 	}
 	for _, name := range append([]string{CounterexampleResource}, cfg.Resources...) {
 		r.res[name] = &resource{name: name}
@@ -188,7 +190,9 @@ func (r *Run) record(g *Grant) *Grant {
 	r.grants = append(r.grants, g)
 	g.ID = len(r.grants)
 	r.mu.Unlock()
-	r.grantCount.Add(1)
+	if r.grantCount.Add(1) == int64(r.cfg.Acquisitions) {
+		close(r.enough)
+	}
 	return g
 }
 
@@ -534,9 +538,9 @@ func (r *Run) halt() {
 func (r *Run) Finish() Result {
 	tb := r.tb
 	tb.Helper()
-	deadline := r.origin.Add(r.cfg.MaxDuration)
-	for r.Grants() < r.cfg.Acquisitions && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-r.enough:
+	case <-time.After(time.Until(r.origin.Add(r.cfg.MaxDuration))):
 	}
 	r.halt()
 	elapsed := time.Since(r.origin)

@@ -256,8 +256,11 @@ func (b *cxBuild) warmUp(c *redlock.Client) error {
 		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
 		l, err = c.TryLock(ctx, CounterexampleResource, redlock.WithLockTTL(b.cx.Lease))
 		cancel()
-		if err != nil && time.Now().After(deadline) {
-			return fmt.Errorf("warm-up: no grant within %v: %w", stateWait, err)
+		if err != nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("warm-up: no grant within %v: %w", stateWait, err)
+			}
+			time.Sleep(2 * time.Millisecond) // as in acquire
 		}
 	}
 	// The grant returns at a majority: fence once the key is on every node,
@@ -317,8 +320,11 @@ func (b *cxBuild) acquire(c *redlock.Client, idx int, name string, by time.Time)
 		if time.Now().After(by) {
 			return nil, nil, fmt.Errorf("%s was not granted in %d attempts; the last: %s", name, attempt, strings.Join(errs, "; "))
 		}
-		// Refused: an earlier attempt's cleanup, or a split vote given
-		// up early (contend.go). Retry at once.
+		// Refused: a split vote given up early (contend.go), or the
+		// cleanup of such an attempt not landed yet. Retry after a pause
+		// that lets it land, and keeps a failing construction from
+		// spinning on a shared CPU.
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 

@@ -105,10 +105,17 @@ func calls(t *testing.T, servers []*redistest.Server, cmd string) []int64 {
 // A waiter woken by another client's release asks one node, the gate, first;
 // while the lock is still held there, it asks no other node. Then the holder
 // releases and the waiter gets the lock.
+//
+// The EVALSHA counts are read only when no script call of either client is
+// in flight: a Lock returns at its majority and an attempt is decided early,
+// so the last node's call of an earlier attempt can land at any moment later,
+// and would be counted as the woken waiter's.
 func TestWokenWaiterAsksTheGateOnly(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 30*time.Second)
-	held, attempts, got := waitingClient(ctx, t, servers, "gate")
+	calls := new(inflight)
+	held, attempts, got := waitingClient(ctx, t, servers, "gate", calls)
+	calls.quiet(ctx, t)
 	before := evalshas(t, servers)
 	// A notification that frees nothing. The waiter listens on one node
 	// only, the gate: one wake.
@@ -121,6 +128,7 @@ func TestWokenWaiterAsksTheGateOnly(t *testing.T) {
 	require.Equal(t, 1, listeners, "the waiter listens on one node")
 	e := <-attempts
 	require.False(t, e.Acquired)
+	calls.quiet(ctx, t)
 	after := evalshas(t, servers)
 	asked := 0
 	for i := range servers {
@@ -170,7 +178,7 @@ func TestStaleKeyOnGateDoesNotBlockWaiters(t *testing.T) {
 func TestStaleAnnouncementDoesNotHoldWaiterBack(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 30*time.Second)
-	held, attempts, got := waitingClient(ctx, t, servers, "ann")
+	held, attempts, got := waitingClient(ctx, t, servers, "ann", nil)
 	for range 3 {
 		// On the node the waiter listens to, in one transaction.
 		for _, s := range servers {
@@ -296,22 +304,106 @@ func waitListening(t *testing.T, servers []*redistest.Server, key string) {
 
 // gateNode is a node without a wake queue (node.WakeQueuer), as the nodes of
 // the adapter modules are: the default mode then orders woken waiters through
-// the gate (contend.go).
+// the gate (contend.go). With calls set, it counts its script calls in
+// flight.
 type gateNode struct {
 	node.Node
 	node.Watcher
 	node.Announcer
+	calls *inflight
+}
+
+func (g gateNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	defer g.calls.begin()()
+	return g.Node.Acquire(ctx, key, fenceKey, token, ttl)
+}
+
+func (g gateNode) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	defer g.calls.begin()()
+	return g.Announcer.AcquireAnnounced(ctx, key, fenceKey, token, ttl)
+}
+
+func (g gateNode) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
+	defer g.calls.begin()()
+	return g.Node.Release(ctx, key, token, notify)
+}
+
+func (g gateNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	defer g.calls.begin()()
+	return g.Node.Extend(ctx, key, token, ttl)
+}
+
+func (g gateNode) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
+	defer g.calls.begin()()
+	return g.Node.WriteFence(ctx, key, fenceKey, token, fence)
+}
+
+func (g gateNode) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
+	defer g.calls.begin()()
+	return g.Node.RaiseFence(ctx, fenceKey, fence)
+}
+
+// inflight counts node calls in progress; a nil *inflight counts nothing.
+type inflight struct {
+	mu    sync.Mutex
+	n     int
+	idles []chan struct{} // closed when n drops to 0
+}
+
+// begin counts a call in; the function it returns counts it out.
+func (f *inflight) begin() func() {
+	if f == nil {
+		return func() {}
+	}
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.n--; f.n == 0 {
+			for _, c := range f.idles {
+				close(c)
+			}
+			f.idles = nil
+		}
+	}
+}
+
+// quiet waits until no call is in progress: every call sent has been
+// answered (and so counted by the server), or has failed.
+func (f *inflight) quiet(ctx context.Context, t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	f.idles = append(f.idles, idle)
+	f.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		t.Fatalf("node calls still in progress: %v", ctx.Err())
+	}
 }
 
 // dialGated is redlock.Dial on gate nodes.
 func dialGated(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	return dialGatedCounting(t, servers, nil, opts...)
+}
+
+// dialGatedCounting is dialGated, its script calls in flight counted in calls.
+func dialGatedCounting(t *testing.T, servers []*redistest.Server, calls *inflight, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	var nodes []node.Node
 	for _, u := range redistest.URLs(servers) {
 		n, err := node.Dial(u)
 		require.NoError(t, err)
 		t.Cleanup(func() { n.Close() })
-		nodes = append(nodes, gateNode{n, n, n})
+		nodes = append(nodes, gateNode{n, n, n, calls})
 	}
 	c, err := redlock.New(nodes, opts...)
 	require.NoError(t, err)
@@ -331,20 +423,24 @@ func listeners(t *testing.T, s *redistest.Server, channel string) int {
 
 // waitingClient makes a holder client take resource on servers, and a
 // separate waiter client wait for it in the background, with a backoff of a
-// minute (only notifications wake it), both on gate nodes. It returns the holder's lock once the
-// waiter made its first two attempts (every node, then the gate once
-// subscribed), the waiter's later attempts, and the outcome of its Lock and
-// Release. Both clients are closed when the test ends.
-func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string) (*redlock.Lock, <-chan redlock.AttemptEvent, <-chan error) {
+// minute (only notifications wake it), both on gate nodes whose script calls
+// in flight are counted in calls (if not nil). The waiter starts once the
+// holder's key is on every node, so that each of its attempts is refused
+// everywhere. It returns the holder's lock once the waiter made its first two
+// attempts (every node, then the gate once subscribed), the waiter's later
+// attempts, and the outcome of its Lock and Release. Both clients are closed
+// when the test ends.
+func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string, calls *inflight) (*redlock.Lock, <-chan redlock.AttemptEvent, <-chan error) {
 	t.Helper()
 	attempts := make(chan redlock.AttemptEvent, 100)
-	holder := dialGated(t, servers)
-	waiter := dialGated(t, servers, redlock.WithHooks(redlock.Hooks{
+	holder := dialGatedCounting(t, servers, calls)
+	waiter := dialGatedCounting(t, servers, calls, redlock.WithHooks(redlock.Hooks{
 		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
 	}))
 
 	held, err := holder.Lock(ctx, resource)
 	require.NoError(t, err)
+	heldEverywhere(t, servers, "redlock:{"+resource+"}")
 	got := make(chan error, 1)
 	go func() {
 		l, err := waiter.Lock(ctx, resource, redlock.WithLockRetryBackoff(time.Minute, time.Minute))

@@ -207,10 +207,7 @@ func TestSimHolderPause(t *testing.T) {
 						a.WalkAway(ga)
 					}()
 					sleepTo(w, expiry(w, 0, 1)+200*time.Microsecond)
-					gb := lockBy(b, w, true, time.Millisecond, 1500*time.Millisecond)
-					if gb == nil {
-						t.Fatal("B never got the lock")
-					}
+					gb := lockBy(t, b, w, true, time.Millisecond, 1500*time.Millisecond)
 					b.Write(gb, w.Since())
 					<-done
 					_ = b.Release(gb)
@@ -293,10 +290,7 @@ func restartScenario(t *testing.T, down time.Duration, empty bool) (sim.Report, 
 			w.Node(1).Restart(empty)
 		}()
 		sleepTo(w, 250*time.Millisecond)
-		gb = lockBy(b, w, false, 10*time.Millisecond, 1600*time.Millisecond)
-		if gb == nil {
-			t.Fatal("B never got the lock")
-		}
+		gb = lockBy(t, b, w, false, 10*time.Millisecond, 1600*time.Millisecond)
 		if b.Fence(gb) == nil {
 			b.Write(gb, w.Since())
 		}
@@ -407,10 +401,7 @@ func TestSimEviction(t *testing.T) {
 						w.Node(1).Evict(sim.LockKey)
 					}
 					sleepTo(w, 250*time.Millisecond)
-					gb := lockBy(b, w, true, 10*time.Millisecond, 1600*time.Millisecond)
-					if gb == nil {
-						t.Fatal("B never got the lock")
-					}
+					gb := lockBy(t, b, w, true, 10*time.Millisecond, 1600*time.Millisecond)
 					b.Write(gb, w.Since())
 					time.Sleep(time.Millisecond)
 					if _, ok := a.Check(ga); ok {

@@ -51,18 +51,26 @@ func warmup(t *testing.T, w *sim.World, c int) {
 
 // scenario runs script against a fresh world in a synctest bubble, closes the
 // world, checks the history, and logs the timeline (shown with -v or when
-// the test fails).
+// the test fails). A script that cannot construct its scenario stops with
+// t.Fatal: the timeline up to there is logged all the same, to show what it
+// saw.
 func scenario(t *testing.T, cfg sim.WorldConfig, script func(t *testing.T, w *sim.World)) (sim.Report, *sim.History) {
 	t.Helper()
 	var rep sim.Report
 	var h *sim.History
 	synctest.Test(t, func(t *testing.T) {
 		w := sim.NewWorld(cfg)
-		defer w.Close()
+		finished := false
+		defer func() { // also after t.Fatal in script, which ends the test
+			w.Close()
+			h = w.History()
+			rep = sim.Check(h)
+			if !finished {
+				t.Logf("the script stopped; so far: %s\n%s%s", rep.Summary(), rep.Details(), h.Timeline())
+			}
+		}()
 		script(t, w)
-		w.Close()
-		h = w.History()
-		rep = sim.Check(h)
+		finished = true
 	})
 	t.Logf("%s\n%s%s", rep.Summary(), rep.Details(), h.Timeline())
 	return rep, h
@@ -90,14 +98,21 @@ func mustLock(t *testing.T, h *sim.Holder, eager bool) *sim.Grant {
 }
 
 // lockBy retries TryLock every step until it succeeds or deadline (virtual
-// time since the start) passes.
-func lockBy(h *sim.Holder, w *sim.World, eager bool, step, deadline time.Duration) *sim.Grant {
+// time since the start) passes; it fails the test, with the attempts made
+// and the last refusal, if it never does.
+func lockBy(t *testing.T, h *sim.Holder, w *sim.World, eager bool, step, deadline time.Duration) *sim.Grant {
+	t.Helper()
+	var err error
+	attempts := 0
 	for w.Since() < deadline {
-		if g, err := h.TryLock(eager); err == nil {
+		var g *sim.Grant
+		attempts++
+		if g, err = h.TryLock(eager); err == nil {
 			return g
 		}
 		time.Sleep(step)
 	}
+	t.Fatalf("%s never got the lock: %d attempts by %v, the last refused with: %v", h.Name, attempts, deadline, err)
 	return nil
 }
 

@@ -243,7 +243,7 @@ func TestSimHeld(t *testing.T) {
 	}
 	b := runMany(t, heldProfile, n, func(r *sim.Result) bool { return r.Violations() > 0 })
 	b.log(t)
-	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held violations=%d", b.schedules, b.violations))
+	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held violations=%d duration_ms=%d", b.schedules, b.violations, b.elapsed.Milliseconds()))
 	for i, res := range b.failed {
 		if i == 3 {
 			t.Logf("... and %d more failing seeds", len(b.failed)-3)
@@ -277,7 +277,7 @@ func TestSimHeldBreaker(t *testing.T) {
 	}
 	b := runMany(t, p, n, func(r *sim.Result) bool { return r.Violations() > 0 })
 	b.log(t)
-	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held breakers=on violations=%d", b.schedules, b.violations))
+	resultLine(fmt.Sprintf("sim schedules=%d preconditions=held breakers=on violations=%d duration_ms=%d", b.schedules, b.violations, b.elapsed.Milliseconds()))
 	for i, res := range b.failed {
 		if i == 3 {
 			break
@@ -347,7 +347,7 @@ func TestSimBroken(t *testing.T) {
 		return len(r.Report.StaleAccepted) > 0 || len(r.Report.TokenOrder) > 0 || len(r.Anomalies) > 0
 	})
 	b.log(t)
-	resultLine(fmt.Sprintf("sim schedules=%d preconditions=broken overlaps_found=%d stale_accepted=%d", b.schedules, b.overlaps, b.stale))
+	resultLine(fmt.Sprintf("sim schedules=%d preconditions=broken overlaps_found=%d stale_accepted=%d duration_ms=%d", b.schedules, b.overlaps, b.stale, b.elapsed.Milliseconds()))
 	for i, res := range b.failed {
 		if i == 3 {
 			t.Logf("... and %d more failing seeds", len(b.failed)-3)

@@ -159,7 +159,9 @@ func TestStopStartRestart(t *testing.T) {
 
 func TestPauseUnpause(t *testing.T) {
 	n := harness.Start(t, 1).Node(0)
-	require.NoError(t, pingErr(n.Addr(), 200*time.Millisecond))
+	// Answers are awaited with ioTimeout, however loaded the machine; only
+	// the checks that expect no answer use a short timeout.
+	require.NoError(t, pingErr(n.Addr(), ioTimeout))
 
 	// A connection opened before the pause: its request is answered late.
 	early := dial(t, n.Addr())
@@ -174,7 +176,7 @@ func TestPauseUnpause(t *testing.T) {
 	require.NoError(t, early.Flush())
 
 	require.NoError(t, n.Unpause())
-	require.NoError(t, pingErr(n.Addr(), 200*time.Millisecond))
+	require.NoError(t, pingErr(n.Addr(), ioTimeout))
 	got, err := redis.String(early.Receive())
 	require.NoError(t, err)
 	require.Equal(t, "PONG", got)
@@ -261,11 +263,17 @@ func TestLatencyProxy(t *testing.T) {
 	require.NoError(t, pingErr(n.Addr(), ioTimeout))
 	direct := time.Since(start)
 
+	// With the latency, every round trip takes at least 2 × 50ms; one
+	// shorter round trip shows it is gone. A loaded machine can delay a
+	// few, so the fastest of five counts.
 	n.SetLatency(0)
 	fast := timed()
+	for range 4 {
+		fast = min(fast, timed())
+	}
 	t.Logf("PING via proxy: base %v, 50ms latency %v (fresh conn %v), direct %v, latency removed %v",
 		base, slow, fresh, direct, fast)
-	require.Less(t, fast, 50*time.Millisecond)
+	require.Less(t, fast, 100*time.Millisecond)
 }
 
 // TestCleanupRemovesEverything checks that a cluster's containers (even a

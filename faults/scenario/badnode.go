@@ -59,9 +59,10 @@ type BadNodeResult struct {
 
 // RunBadNode runs the workload of cfg and reports the line
 //
-//	fault scenario=<name> acquisitions=<n> goroutines_peak=<n> close_ms=<n> late_calls=<n> ...
+//	fault scenario=<name> acquisitions=<n> goroutines_peak=<n> close_ms=<n> late_calls=<n> ... duration_ms=<n>
 func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 	tb.Helper()
+	began := time.Now()
 	var res BadNodeResult
 	res.GoroutinesBaseline = runtime.NumGoroutine()
 	opts := append([]redlock.Option{redlock.WithNodeTimeout(cfg.NodeTimeout)}, cfg.Options...)
@@ -109,6 +110,8 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 	if cfg.Measure != nil {
 		line += " " + cfg.Measure()
 	}
+	// duration_ms: from the clients' dial to the settled goroutine count.
+	line += fmt.Sprintf(" duration_ms=%d", time.Since(began).Milliseconds())
 	report(line)
 	return res
 }

@@ -93,6 +93,9 @@ type Result struct {
 	Acquisitions  int
 	Overlaps      []Overlap
 	StaleAccepted []Stale
+	// Constructed are the overlaps of the counterexamples the run
+	// constructed (Run.Counterexample), among Overlaps; Finish fills it.
+	Constructed []Overlap
 	// TokenOrder counts fencing-order violations: two grants of a resource
 	// with one token, or a later grant with a lower token.
 	TokenOrder int

@@ -79,14 +79,18 @@ type Run struct {
 	wg      sync.WaitGroup
 
 	grantCount  atomic.Int64
+	enough      chan struct{} // closed once the run has cfg.Acquisitions grants
 	attempts    atomic.Int64
 	quarantined atomic.Int64 // failed attempts in which a node was quarantined
+
+	urls []string // the nodes' proxy URLs
 
 	mu     sync.Mutex
 	grants []*Grant
 	notes  []Note
 	pins   map[string]*pin
 	rounds int
+	cxs    []*Constructed // the counterexamples constructed
 }
 
 // resource is a fenced value that numbers the writes it handles, in order.
@@ -149,17 +153,17 @@ func Start(tb testing.TB, cfg Config) *Run {
 	r := &Run{
 		tb: tb, cfg: cfg, origin: time.Now(),
 		res: map[string]*resource{}, stop: make(chan struct{}), pins: map[string]*pin{},
+		enough: make(chan struct{}),
 	}
-	for _, name := range cfg.Resources {
+	for _, name := range append([]string{CounterexampleResource}, cfg.Resources...) {
 		r.res[name] = &resource{name: name}
 	}
-	urls := make([]string, 0, len(cfg.Cluster.Nodes()))
 	for _, n := range cfg.Cluster.Nodes() {
-		urls = append(urls, n.ProxyURL())
+		r.urls = append(r.urls, n.ProxyURL())
 	}
 	opts := append([]redlock.Option{redlock.WithTTL(cfg.TTL), redlock.WithKeyPrefix(KeyPrefix)}, cfg.ClientOptions...)
 	for i := 0; i < cfg.Clients; i++ {
-		c, err := redlock.Dial(urls, opts...)
+		c, err := redlock.Dial(r.urls, opts...)
 		if err != nil {
 			tb.Fatalf("scenario %s: dial client %d: %v", cfg.Name, i, err)
 		}
@@ -178,6 +182,26 @@ func (r *Run) Note(format string, args ...any) {
 	r.mu.Lock()
 	r.notes = append(r.notes, Note{At: time.Now(), Text: fmt.Sprintf(format, args...)})
 	r.mu.Unlock()
+}
+
+// record adds g to the timeline, numbering it, and returns it.
+func (r *Run) record(g *Grant) *Grant {
+	r.mu.Lock()
+	r.grants = append(r.grants, g)
+	g.ID = len(r.grants)
+	r.mu.Unlock()
+	if r.grantCount.Add(1) == int64(r.cfg.Acquisitions) {
+		close(r.enough)
+	}
+	return g
+}
+
+// node returns the cluster's node i.
+func (r *Run) node(i int) *harness.Node { return r.cfg.Cluster.Node(i) }
+
+// rel formats t relative to the run's start, as the timeline does.
+func (r *Run) rel(t time.Time) string {
+	return fmt.Sprintf("%+.3fms", float64(t.Sub(r.origin).Microseconds())/1000)
 }
 
 // Grants returns the number of grants so far.
@@ -235,13 +259,7 @@ func (r *Run) acquire(i int, c *redlock.Client, name string) (*redlock.Lock, *Gr
 		cancel()
 		r.attempts.Add(1)
 		if err == nil {
-			g := &Grant{Client: i, Resource: name, Sent: sent, Reply: reply, Until: l.Until()}
-			r.mu.Lock()
-			r.grants = append(r.grants, g)
-			g.ID = len(r.grants)
-			r.mu.Unlock()
-			r.grantCount.Add(1)
-			return l, g
+			return l, r.record(&Grant{Client: i, Resource: name, Sent: sent, Reply: reply, Until: l.Until()})
 		}
 		if errors.Is(err, node.ErrQuarantined) {
 			r.quarantined.Add(1)
@@ -520,20 +538,29 @@ func (r *Run) halt() {
 func (r *Run) Finish() Result {
 	tb := r.tb
 	tb.Helper()
-	deadline := r.origin.Add(r.cfg.MaxDuration)
-	for r.Grants() < r.cfg.Acquisitions && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-r.enough:
+	case <-time.After(time.Until(r.origin.Add(r.cfg.MaxDuration))):
 	}
 	r.halt()
 	elapsed := time.Since(r.origin)
 
 	r.mu.Lock()
-	grants, notes := r.grants, r.notes
+	grants, notes, cxs := r.grants, r.notes, r.cxs
 	r.mu.Unlock()
 	res := Check(grants)
+	for _, cx := range cxs {
+		for _, o := range res.Overlaps {
+			if (o.A == cx.A && o.B == cx.B) || (o.A == cx.B && o.B == cx.A) {
+				res.Constructed = append(res.Constructed, o)
+			}
+		}
+	}
 
-	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s",
-		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions)
+	// duration_ms: from the clients' start to the check (the cluster's
+	// start-up and teardown are not included).
+	line := fmt.Sprintf("fault scenario=%s acquisitions=%d overlaps=%d stale_accepted=%d preconditions=%s duration_ms=%d",
+		r.cfg.Name, res.Acquisitions, len(res.Overlaps), len(res.StaleAccepted), r.cfg.Preconditions, time.Since(r.origin).Milliseconds())
 	report(line)
 	var longest time.Duration
 	for _, o := range res.Overlaps {
@@ -572,6 +599,23 @@ func (r *Run) Finish() Result {
 		res.WritesAccepted, res.WritesRefused, res.TokenOrder, res.FenceErrors, fenceErrs, res.Extended, res.ExtendErrors, extErrs,
 		res.ReleaseErrors, relErrs, longest, res.LooseOverlaps)
 
+	// A broken precondition is demonstrated by its constructed
+	// counterexample, whose overlap the checker must find; the rounds'
+	// overlaps, if any, come from timing and prove nothing either way.
+	if r.cfg.Preconditions == Broken && len(cxs) == 0 {
+		tb.Errorf("%s: the preconditions are broken but no counterexample was constructed (Run.Counterexample)", r.cfg.Name)
+	}
+	for _, cx := range cxs {
+		found := false
+		for _, o := range res.Constructed {
+			found = found || o.A == cx.A || o.B == cx.A
+		}
+		if !found {
+			tb.Errorf("%s: the checker found no overlap of the constructed grants %d (A) and %d (B); steps:\n  %s\ntimeline:\n%s",
+				r.cfg.Name, cx.A.ID, cx.B.ID, strings.Join(cx.Steps, "\n  "),
+				Timeline(r.origin, cx.B.Reply, r.cfg.TTL, CounterexampleResource, grants, notes, map[int]bool{cx.A.ID: true, cx.B.ID: true}, 50))
+		}
+	}
 	if res.Acquisitions < r.cfg.Acquisitions {
 		tb.Errorf("%s: only %d acquisitions within %v (want %d)", r.cfg.Name, res.Acquisitions, r.cfg.MaxDuration, r.cfg.Acquisitions)
 	}

@@ -19,4 +19,14 @@
 //
 // Subpackages: clock (time and drift), node (one Redis instance and its Lua
 // scripts), quorum (parallel fan-out and majority).
+//
+// Files of this package, by concept (docs/architecture.md draws the grant
+// path): redlock.go (Client, Lock and TryLock, one attempt: try), lock.go (a
+// held Lock: Extend, Release), round.go (one operation on N nodes), fair.go
+// (a waiter's place and ticket in the nodes' queues), wait.go (waiting for a
+// release: this client's queue, release notifications), contend.go (pacing
+// between attempts; the gate for nodes without queues), health.go (one health
+// record per node, breaker), hold.go (Do: renewal and the hold's context),
+// multi.go (several resources), fence.go (fencing tokens), keys.go, options.go,
+// hooks.go, errors.go.
 package redlock

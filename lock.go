@@ -279,7 +279,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		ok, err := c.releaseOn(ctx, n, l.key, l.token, l.waiter, true)
 		return struct{}{}, ok, err
 	}}.start(ctx, c)
-	o := call.Wait(ctx)
+	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
 	err = nil

@@ -81,6 +81,38 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	return flight[T]{Call: call, r: r, c: c}
 }
 
+// settle waits, when the round failed, until every node asked has answered
+// (each is bounded by the node timeout) or ctx ends, and returns o with the
+// counts of all their answers. A failure is decided as soon as the nodes asked
+// can no longer make a majority, which may be after one refusal when fewer
+// than all nodes were asked (Release asks only those whose acquisition
+// landed): the error must still say whether a majority refused (the lock was
+// lost) or too few answered.
+func (f flight[T]) settle(ctx context.Context, o quorum.Outcome[T]) quorum.Outcome[T] {
+	if o.Success {
+		return o
+	}
+	select {
+	case <-f.Settled():
+	case <-ctx.Done():
+		return o
+	}
+	o.Replies = f.Replies()
+	o.Yes, o.No, o.Failed = 0, 0, 0
+	for _, r := range o.Replies {
+		switch {
+		case !r.Done:
+		case r.Yes():
+			o.Yes++
+		case r.Err != nil:
+			o.Failed++
+		default:
+			o.No++
+		}
+	}
+	return o
+}
+
 // refusedMajority reports whether so many nodes said no that a majority can no
 // longer agree: the lock is not held by a majority.
 func refusedMajority[T any](o quorum.Outcome[T], n int) bool { return o.No > n-o.Need }

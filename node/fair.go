@@ -100,23 +100,3 @@ var _ Queuer = (*Redis)(nil)
 // QueueKeys returns the keys of key's waiters' queue and of its waiters'
 // leases.
 func QueueKeys(key string) (queue, leases string) { return key + ":q", key + ":qx" }
-
-// AcquireFair implements Queuer.
-func (r *Redis) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
-	q, qx := QueueKeys(key)
-	lease := max(w.Lease.Milliseconds(), 1)
-	return r.acquire(ctx, fairAcquireScript, key, fenceKey, q, qx, token, ttl.Milliseconds(), w.ID, w.Ticket, lease)
-}
-
-// ReleaseFair implements Queuer.
-func (r *Redis) ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error) {
-	q, qx := QueueKeys(key)
-	return r.flag(ctx, fairReleaseScript, key, q, qx, token, waiter)
-}
-
-// LeaveQueue implements Queuer.
-func (r *Redis) LeaveQueue(ctx context.Context, key, id string) error {
-	q, qx := QueueKeys(key)
-	_, err := r.flag(ctx, fairLeaveScript, q, qx, id)
-	return err
-}

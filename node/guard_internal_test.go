@@ -134,7 +134,7 @@ func FuzzParseAcquired(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		replies, _ := receiveAll(data, replyLimits{bytes: 1 << 10, elems: 64})
 		for _, v := range replies {
-			a, err := parseAcquired(v)
+			a, err := ParseAcquiredReply(v)
 			if err != nil {
 				if !errors.Is(err, ErrUnexpectedReply) {
 					t.Fatalf("%v: error %v is not ErrUnexpectedReply", v, err)
@@ -142,7 +142,7 @@ func FuzzParseAcquired(f *testing.F) {
 				continue
 			}
 			vs := v.([]any)
-			if len(vs) != 3 && len(vs) != 4 {
+			if len(vs) != 3 && len(vs) != 6 {
 				t.Fatalf("accepted a reply of %d elements", len(vs))
 			}
 			if a.Ahead < 0 || (len(vs) == 3 && a.Ahead != 0) {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -316,6 +315,9 @@ func (s *script) Hash() string { return s.hash }
 
 // Redis is a Node backed by a redigo connection pool. It is safe for concurrent use.
 type Redis struct {
+	// Scripted runs every lock operation through eval (the same scripts and
+	// calls as every backend's).
+	Scripted
 	sub *subscriber
 	mux *mux // dialed nodes: pipelined connections
 	// quarantine refuses acquisitions after a restart (WithRestartQuarantine,
@@ -370,6 +372,7 @@ func Dial(rawURL string, opts ...Option) (*Redis, error) {
 		return quarantineDialed(cfg.quarantine, c, info, infoErr)
 	}
 	r := &Redis{name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
+	r.scripted()
 	r.mux = newMux(cfg.conns, cfg.timeout, max(4*cfg.timeout, 2*time.Second), dial)
 	return r, nil
 }
@@ -408,7 +411,9 @@ func FromPool(pool *redis.Pool, name string, opts ...Option) (*Redis, error) {
 	if dial == nil {
 		dial = func(context.Context) (redis.Conn, error) { return pool.Dial() }
 	}
-	return &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}, nil
+	r := &Redis{pool: pool, name: name, timeout: cfg.timeout, sub: newSubscriber(dial, name, cfg.log), quarantine: cfg.quarantine}
+	r.scripted()
+	return r, nil
 }
 
 // poolUnsupported names the options given that a node made by FromPool cannot
@@ -466,60 +471,26 @@ func (r *Redis) Ping(ctx context.Context) error {
 	return err
 }
 
-// Acquire implements Node.
-func (r *Redis) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	return r.acquire(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds())
-}
-
-// AcquireAnnounced implements Announcer.
-func (r *Redis) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	return r.acquire(ctx, acquireScript, key, fenceKey, token, ttl.Milliseconds(), TakenChannel(key))
-}
-
-// acquire runs an acquisition script (its reply is AcquireScript's).
-func (r *Redis) acquire(ctx context.Context, s *script, keysAndArgs ...any) (Acquired, error) {
-	reply, err := r.eval(ctx, s, keysAndArgs...)
-	if err != nil {
-		return Acquired{}, err
+// scripted sets r's lock operations up: Scripted over r.eval, behind r's
+// restart guard (a connection dialed for the very call refuses grants too:
+// quarantinedConn, execCtx).
+func (r *Redis) scripted() {
+	r.Scripted = Scripted{Evaler: redisEvaler{r}, Timeout: r.timeout}
+	if r.quarantine != nil {
+		r.Scripted.Refusal = r.quarantine.Refusal
 	}
-	return parseAcquired(reply)
 }
 
-// Release implements Node.
-func (r *Redis) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
-	n := "0"
-	if notify {
-		n = "1"
+// redisEvaler is Redis' Evaler.
+type redisEvaler struct{ r *Redis }
+
+// Eval implements Evaler.
+func (e redisEvaler) Eval(ctx context.Context, c Call) (any, error) {
+	args := make([]any, 0, len(c.Keys)+len(c.Args))
+	for _, k := range c.Keys {
+		args = append(args, k)
 	}
-	return r.flag(ctx, releaseScript, key, token, n)
-}
-
-// Extend implements Node.
-func (r *Redis) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return r.flag(ctx, extendScript, key, token, ttl.Milliseconds())
-}
-
-// WriteFence implements Node.
-func (r *Redis) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
-	return r.flag(ctx, fenceScript, key, fenceKey, token, strconv.FormatUint(fence, 10))
-}
-
-// RaiseFence implements Node.
-func (r *Redis) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
-	_, err := r.flag(ctx, raiseScript, fenceKey, strconv.FormatUint(fence, 10))
-	return err
-}
-
-func (r *Redis) flag(ctx context.Context, s *script, keysAndArgs ...any) (bool, error) {
-	reply, err := r.eval(ctx, s, keysAndArgs...)
-	if err != nil {
-		return false, err
-	}
-	n, err := redis.Int64(reply, nil)
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrUnexpectedReply, reply)
-	}
-	return n == 1, nil
+	return e.r.eval(ctx, c.Script.s, append(args, c.Args...)...)
 }
 
 // eval runs a script by SHA-1, and sends its source when the server does not
@@ -528,11 +499,6 @@ func (r *Redis) flag(ctx context.Context, s *script, keysAndArgs ...any) (bool, 
 // a connection dialed for this very call, which may be the one that detects
 // the restart, refuses it too (quarantinedConn).
 func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
-	if s.grants && r.quarantine != nil {
-		if err := r.quarantine.Refusal(); err != nil {
-			return nil, err
-		}
-	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	args := make([]any, 0, 2+len(keysAndArgs))
@@ -577,32 +543,4 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 		}
 	}
 	return redis.DoContext(c, ctx, cmd, args...)
-}
-
-// parseAcquired reads an acquisition script's reply, a redigo array of the
-// three elements ParseAcquired reads, and for the queued acquisitions three
-// more: the number of waiters queued before the caller (Acquired.Ahead), the
-// node's clock in µs (Acquired.Clock), and what the node did with the caller
-// (Acquired.Queue).
-func parseAcquired(reply any) (Acquired, error) {
-	vals, err := redis.Values(reply, nil)
-	if err != nil || (len(vals) != 3 && len(vals) != 6) {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	ok, err1 := redis.Int64(vals[0], nil)
-	fs, err2 := redis.String(vals[1], nil)
-	present, err3 := redis.Int64(vals[2], nil)
-	var ahead, clock, queued int64 = 0, 0, -1
-	var err4, err5, err6 error
-	if len(vals) == 6 {
-		ahead, err4 = redis.Int64(vals[3], nil)
-		clock, err5 = redis.Int64(vals[4], nil)
-		queued, err6 = redis.Int64(vals[5], nil)
-	}
-	if errors.Join(err1, err2, err3, err4, err5, err6) != nil || ahead < 0 || clock < 0 {
-		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
-	}
-	a, err := ParseAcquired(ok, fs, present)
-	a.Ahead, a.Clock, a.Queue = int(ahead), clock, queueState(queued)
-	return a, err
 }

@@ -79,33 +79,3 @@ func checkWaiter(id string, ticket int64) error {
 	}
 	return nil
 }
-
-// AcquireQueued implements WakeQueuer.
-func (r *Redis) AcquireQueued(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
-	if err := checkWaiter(w.ID, w.Ticket); err != nil {
-		return Acquired{}, err
-	}
-	q, wk := WakeQueueKeys(key)
-	return r.acquire(ctx, wakeAcquireScript, key, fenceKey, q, wk, token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1))
-}
-
-// ReleaseQueued implements WakeQueuer.
-func (r *Redis) ReleaseQueued(ctx context.Context, key, token, waiter string, reserve time.Duration) (bool, error) {
-	if waiter != "" {
-		if err := checkWaiter(waiter, 0); err != nil {
-			return false, err
-		}
-	}
-	q, wk := WakeQueueKeys(key)
-	return r.flag(ctx, wakeReleaseScript, key, q, wk, token, waiter, max(reserve.Milliseconds(), 1))
-}
-
-// LeaveWakeQueue implements WakeQueuer.
-func (r *Redis) LeaveWakeQueue(ctx context.Context, key, id string, reserve time.Duration) error {
-	if err := checkWaiter(id, 0); err != nil {
-		return err
-	}
-	q, wk := WakeQueueKeys(key)
-	_, err := r.flag(ctx, wakeLeaveScript, key, q, wk, id, max(reserve.Milliseconds(), 1))
-	return err
-}

@@ -79,12 +79,6 @@ func TestSeparateClientsPausedMinority(t *testing.T) {
 	assert.Equal(t, int64(100), occ.total.Load())
 }
 
-// evalshas returns the number of EVALSHA calls each server has run.
-func evalshas(t *testing.T, servers []*redistest.Server) []int64 {
-	t.Helper()
-	return calls(t, servers, "evalsha")
-}
-
 // calls returns the number of calls of cmd (lower case) each server has run.
 func calls(t *testing.T, servers []*redistest.Server, cmd string) []int64 {
 	t.Helper()
@@ -102,122 +96,10 @@ func calls(t *testing.T, servers []*redistest.Server, cmd string) []int64 {
 	return out
 }
 
-// A waiter woken by another client's release asks one node, the gate, first;
-// while the lock is still held there, it asks no other node. Then the holder
-// releases and the waiter gets the lock.
-//
-// The EVALSHA counts are read only when no script call of either client is
-// in flight: a Lock returns at its majority and an attempt is decided early,
-// so the last node's call of an earlier attempt can land at any moment later,
-// and would be counted as the woken waiter's.
-func TestWokenWaiterAsksTheGateOnly(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	calls := new(inflight)
-	held, attempts, got := waitingClient(ctx, t, servers, "gate", calls)
-	calls.quiet(ctx, t)
-	before := evalshas(t, servers)
-	// A notification that frees nothing. The waiter listens on one node
-	// only, the gate: one wake.
-	listeners := 0
-	for _, s := range servers {
-		n, err := redis.Int(s.Do("PUBLISH", "redlock:{gate}", "released"))
-		require.NoError(t, err)
-		listeners += n
-	}
-	require.Equal(t, 1, listeners, "the waiter listens on one node")
-	e := <-attempts
-	require.False(t, e.Acquired)
-	calls.quiet(ctx, t)
-	after := evalshas(t, servers)
-	asked := 0
-	for i := range servers {
-		asked += int(after[i] - before[i])
-	}
-	assert.Equal(t, 1, asked, "EVALSHA calls per node before %v, after %v", before, after)
-
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, <-got)
-}
-
-// A stale key on one node (a release lost there, simulated by overwriting the
-// holder's key) does not hold a waiter back for its TTL, even on the gate
-// node, where the waiter listens and which it asks first: after two backoffs
-// without a notification the waiter asks every node and gets the other two.
-func TestStaleKeyOnGateDoesNotBlockWaiters(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	opts := []redlock.Option{redlock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond)}
-	holder := dialGated(t, servers, opts...)
-	waiter := dialGated(t, servers, opts...)
-	for i, stale := range servers { // one of them is the gate
-		ctx := ctxT(t, 20*time.Second)
-		held, err := holder.Lock(ctx, "stale")
-		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			l, err := waiter.Lock(ctx, "stale")
-			if err == nil {
-				err = l.Release(ctx)
-			}
-			got <- err
-		}()
-		_, err = stale.Do("SET", "redlock:{stale}", "foreign", "PX", 60000)
-		require.NoError(t, err)
-		// Released on the two other nodes (Release may report too few, when a
-		// node's grant was still in flight: it releases itself as it lands).
-		_ = held.Release(ctx)
-		require.NoError(t, <-got, "stale key on node %d", i)
-		_, err = stale.Do("DEL", "redlock:{stale}")
-		require.NoError(t, err)
-	}
-}
-
-// An announcement that the lock was taken (node.TakenChannel) that reaches a
-// waiter before a release, in the same reply stream, is older than that
-// release: the waiter ignores it and asks the nodes.
-func TestStaleAnnouncementDoesNotHoldWaiterBack(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	held, attempts, got := waitingClient(ctx, t, servers, "ann", nil)
-	for range 3 {
-		// On the node the waiter listens to, in one transaction.
-		for _, s := range servers {
-			if listeners(t, s, "redlock:{ann}") == 0 {
-				continue
-			}
-			c, err := redis.Dial("tcp", s.Addr())
-			require.NoError(t, err)
-			require.NoError(t, c.Send("MULTI"))
-			require.NoError(t, c.Send("PUBLISH", "redlock:{ann}:taken", "taken"))
-			require.NoError(t, c.Send("PUBLISH", "redlock:{ann}", "released"))
-			_, err = c.Do("EXEC")
-			require.NoError(t, err)
-			c.Close()
-		}
-		select {
-		case e := <-attempts:
-			require.False(t, e.Acquired)
-		case <-ctx.Done():
-			t.Fatal("the waiter ignored a release because of an older announcement")
-		}
-	}
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, <-got)
-}
-
 // A client that releases a contended lock and locks it again at once lets the
-// waiter of another client, which has waited longer, go first (no barging).
-// The releaser knows the lock is contended because it waited for it itself.
-// With wake queues the release reserves the lock for the waiter it woke; on
-// gate nodes the releaser yields for a while.
-func TestReleaserYieldsToWaitingClient(t *testing.T) {
-	for name, dial := range map[string]func(*testing.T, []*redistest.Server, ...redlock.Option) *redlock.Client{
-		"wake queue": dialed,
-		"gate":       dialGated,
-	} {
-		t.Run(name, func(t *testing.T) { releaserYields(t, dial) })
-	}
-}
+// waiter of another client, which has waited longer, go first (no barging):
+// the release reserves the lock for the waiter it woke.
+func TestReleaserYieldsToWaitingClient(t *testing.T) { releaserYields(t, dialed) }
 
 func releaserYields(t *testing.T, dial func(*testing.T, []*redistest.Server, ...redlock.Option) *redlock.Client) {
 	servers := redistest.StartN(t, 3)
@@ -284,8 +166,8 @@ func releaserYields(t *testing.T, dial func(*testing.T, []*redistest.Server, ...
 	assert.GreaterOrEqual(t, bFirst, rounds/2, "the waiting client went first in %d of %d rounds", bFirst, rounds)
 }
 
-// waitListening waits until some client listens for key's releases: on the
-// key's own channel (gate mode) or on a waiter's (node.WaiterChannel).
+// waitListening waits until some client listens for key's releases on a
+// waiter's channel (node.WaiterChannel).
 func waitListening(t *testing.T, servers []*redistest.Server, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -293,122 +175,13 @@ func waitListening(t *testing.T, servers []*redistest.Server, key string) {
 			chans, err := redis.Strings(s.Do("PUBSUB", "CHANNELS", key+"*"))
 			require.NoError(t, err)
 			for _, ch := range chans {
-				if ch != node.TakenChannel(key) && listeners(t, s, ch) > 0 {
+				if listeners(t, s, ch) > 0 {
 					return true
 				}
 			}
 		}
 		return false
 	}, 10*time.Second, time.Millisecond)
-}
-
-// gateNode is a node without a wake queue (node.WakeQueuer), as the nodes of
-// the adapter modules are: the default mode then orders woken waiters through
-// the gate (contend.go). With calls set, it counts its script calls in
-// flight.
-type gateNode struct {
-	node.Node
-	node.Watcher
-	node.Announcer
-	calls *inflight
-}
-
-func (g gateNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	defer g.calls.begin()()
-	return g.Node.Acquire(ctx, key, fenceKey, token, ttl)
-}
-
-func (g gateNode) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	defer g.calls.begin()()
-	return g.Announcer.AcquireAnnounced(ctx, key, fenceKey, token, ttl)
-}
-
-func (g gateNode) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
-	defer g.calls.begin()()
-	return g.Node.Release(ctx, key, token, notify)
-}
-
-func (g gateNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	defer g.calls.begin()()
-	return g.Node.Extend(ctx, key, token, ttl)
-}
-
-func (g gateNode) WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error) {
-	defer g.calls.begin()()
-	return g.Node.WriteFence(ctx, key, fenceKey, token, fence)
-}
-
-func (g gateNode) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
-	defer g.calls.begin()()
-	return g.Node.RaiseFence(ctx, fenceKey, fence)
-}
-
-// inflight counts node calls in progress; a nil *inflight counts nothing.
-type inflight struct {
-	mu    sync.Mutex
-	n     int
-	idles []chan struct{} // closed when n drops to 0
-}
-
-// begin counts a call in; the function it returns counts it out.
-func (f *inflight) begin() func() {
-	if f == nil {
-		return func() {}
-	}
-	f.mu.Lock()
-	f.n++
-	f.mu.Unlock()
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.n--; f.n == 0 {
-			for _, c := range f.idles {
-				close(c)
-			}
-			f.idles = nil
-		}
-	}
-}
-
-// quiet waits until no call is in progress: every call sent has been
-// answered (and so counted by the server), or has failed.
-func (f *inflight) quiet(ctx context.Context, t *testing.T) {
-	t.Helper()
-	f.mu.Lock()
-	if f.n == 0 {
-		f.mu.Unlock()
-		return
-	}
-	idle := make(chan struct{})
-	f.idles = append(f.idles, idle)
-	f.mu.Unlock()
-	select {
-	case <-idle:
-	case <-ctx.Done():
-		t.Fatalf("node calls still in progress: %v", ctx.Err())
-	}
-}
-
-// dialGated is redlock.Dial on gate nodes.
-func dialGated(t *testing.T, servers []*redistest.Server, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	return dialGatedCounting(t, servers, nil, opts...)
-}
-
-// dialGatedCounting is dialGated, its script calls in flight counted in calls.
-func dialGatedCounting(t *testing.T, servers []*redistest.Server, calls *inflight, opts ...redlock.Option) *redlock.Client {
-	t.Helper()
-	var nodes []node.Node
-	for _, u := range redistest.URLs(servers) {
-		n, err := node.Dial(u)
-		require.NoError(t, err)
-		t.Cleanup(func() { n.Close() })
-		nodes = append(nodes, gateNode{n, n, n, calls})
-	}
-	c, err := redlock.New(nodes, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // listeners returns how many connections to s subscribe to channel.
@@ -419,40 +192,6 @@ func listeners(t *testing.T, s *redistest.Server, channel string) int {
 	n, err := redis.Int(vals[1], nil)
 	require.NoError(t, err)
 	return n
-}
-
-// waitingClient makes a holder client take resource on servers, and a
-// separate waiter client wait for it in the background, with a backoff of a
-// minute (only notifications wake it), both on gate nodes whose script calls
-// in flight are counted in calls (if not nil). The waiter starts once the
-// holder's key is on every node, so that each of its attempts is refused
-// everywhere. It returns the holder's lock once the waiter made its first two
-// attempts (every node, then the gate once subscribed), the waiter's later
-// attempts, and the outcome of its Lock and Release. Both clients are closed
-// when the test ends.
-func waitingClient(ctx context.Context, t *testing.T, servers []*redistest.Server, resource string, calls *inflight) (*redlock.Lock, <-chan redlock.AttemptEvent, <-chan error) {
-	t.Helper()
-	attempts := make(chan redlock.AttemptEvent, 100)
-	holder := dialGatedCounting(t, servers, calls)
-	waiter := dialGatedCounting(t, servers, calls, redlock.WithHooks(redlock.Hooks{
-		OnAttempt: func(e redlock.AttemptEvent) { attempts <- e },
-	}))
-
-	held, err := holder.Lock(ctx, resource)
-	require.NoError(t, err)
-	heldEverywhere(t, servers, "redlock:{"+resource+"}")
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, resource, redlock.WithLockRetryBackoff(time.Minute, time.Minute))
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	for range 2 {
-		require.False(t, (<-attempts).Acquired)
-	}
-	return held, attempts, got
 }
 
 // dialed is redlock.Dial on servers, closed when the test ends.

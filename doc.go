@@ -25,7 +25,7 @@
 // held Lock: Extend, Release), round.go (one operation on N nodes), fair.go
 // (a waiter's place and ticket in the nodes' queues), wait.go (waiting for a
 // release: this client's queue, release notifications), contend.go (pacing
-// between attempts; the gate for nodes without queues), health.go (one health
+// between attempts, split votes), health.go (one health
 // record per node, breaker), hold.go (Do: renewal and the hold's context),
 // multi.go (several resources), fence.go (fencing tokens), keys.go, options.go,
 // hooks.go, errors.go.

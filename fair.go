@@ -41,16 +41,14 @@ func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMa
 // woken. waiter is the id of the waiter the lock was granted to, or empty: it
 // leaves the queue.
 func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
-	if !notify {
+	switch {
+	case !notify:
 		return n.Release(ctx, key, token, false)
+	case c.cfg.fair:
+		return n.ReleaseFair(ctx, key, token, waiter)
+	default:
+		return n.ReleaseQueued(ctx, key, token, waiter, wokenReserve)
 	}
-	if q, ok := n.(node.Queuer); ok && c.cfg.fair {
-		return q.ReleaseFair(ctx, key, token, waiter)
-	}
-	if q, ok := n.(node.WakeQueuer); ok && c.queued && !c.cfg.fair {
-		return q.ReleaseQueued(ctx, key, token, waiter, wokenReserve)
-	}
-	return n.Release(ctx, key, token, notify)
 }
 
 // wokenReserve is how long, in the default mode's loose queue, a release
@@ -68,7 +66,7 @@ type place struct {
 	// for its own wake-up rather than poll (see pace.backoff).
 	ahead int
 	// loose: the default mode's wake queue (node.WakeQueuer), not fair
-	// mode's queue.
+	// mode's queue (node.Queuer).
 	loose bool
 	// over is set when the Lock call returns: from then on a node that
 	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
@@ -86,7 +84,7 @@ type place struct {
 // A ticket is a time on the nodes' clocks, never this client's: a waiter
 // starts without one (0), or with the median of the clocks the nodes
 // answered with when they refused the attempt that made it a waiter
-// (ticketFrom). The first attempt without a ticket is not queued and learns
+// (QuorumError.clock). The first attempt without a ticket is not queued and learns
 // the clocks; the waiter then takes their median and tries again at once.
 // A node queues a waiter, or moves a queued one, only to a ticket within
 // node.TicketBound of its own clock (node.TicketRefused otherwise): when a
@@ -208,52 +206,31 @@ func (c *Client) leaveQueue(key string, w *place, granted bool) {
 	}
 }
 
-// leaveOn removes waiter w from key's queue on node i, if the node keeps one.
+// leaveOn removes waiter w from key's queue on node i.
 func (c *Client) leaveOn(i int, key string, w *place) {
-	q, ok := w.queueOn(c.nodes[i])
-	if !ok {
-		return
-	}
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
-	if err := q.leave(ctx, key, w.ID); err != nil {
+	if err := w.leave(ctx, c.nodes[i], key); err != nil {
 		c.log(ctx, slog.LevelDebug, "leaving the waiters' queue failed", key, "", "node", c.nodes[i].Name(), "err", err)
 	}
 }
 
-// waiterQueue is the queue a node keeps for a waiter: the default mode's
-// wake queue (wake set) or fair mode's queue (fair set).
-type waiterQueue struct {
-	wake node.WakeQueuer
-	fair node.Queuer
-}
-
-// queueOn returns the queue node n keeps for w: the wake queue for a loose
-// waiter, fair mode's queue otherwise; ok is false when n keeps none (the
-// adapter modules' nodes).
-func (w *place) queueOn(n node.Node) (q waiterQueue, ok bool) {
+// acquire is the attempt of lock l by waiter w (as wv: the same ticket on
+// every node) on node n, through its queue: the wake queue for a loose
+// waiter, fair mode's otherwise.
+func (w *place) acquire(ctx context.Context, n node.Node, l *Lock, wv node.Waiter) (node.Acquired, error) {
 	if w.loose {
-		q.wake, ok = n.(node.WakeQueuer)
-	} else {
-		q.fair, ok = n.(node.Queuer)
+		return n.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, wv)
 	}
-	return q, ok
+	return n.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, wv)
 }
 
-// acquire is the attempt of lock l by waiter w through the queue.
-func (q waiterQueue) acquire(ctx context.Context, l *Lock, w node.Waiter) (node.Acquired, error) {
-	if q.wake != nil {
-		return q.wake.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
+// leave takes w out of key's queue on n.
+func (w *place) leave(ctx context.Context, n node.Node, key string) error {
+	if w.loose {
+		return n.LeaveWakeQueue(ctx, key, w.ID, wokenReserve)
 	}
-	return q.fair.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, w)
-}
-
-// leave takes waiter id out of key's queue.
-func (q waiterQueue) leave(ctx context.Context, key, id string) error {
-	if q.wake != nil {
-		return q.wake.LeaveWakeQueue(ctx, key, id, wokenReserve)
-	}
-	return q.fair.LeaveQueue(ctx, key, id)
+	return n.LeaveQueue(ctx, key, w.ID)
 }
 
 // leaveLate is an acquisition round's reply hook in fair mode: a node that

@@ -183,9 +183,8 @@ func TestFairLateRefusalLeavesTheQueue(t *testing.T) {
 }
 
 // A fair waiter is woken by the release of any node: with any one of three
-// nodes paused (the default mode's gate among them), the next waiter gets the
-// lock as soon as the holder releases it, not after its backoff (2.5 s to 5 s
-// here).
+// nodes paused, the next waiter gets the lock as soon as the holder releases
+// it, not after its backoff (2.5 s to 5 s here).
 func TestFairWakeUpSurvivesAPausedNode(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	for i := range servers {
@@ -248,33 +247,4 @@ func TestFairCrashedWaiter(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	_, err = c.TryLock(ctx, "crash")
 	require.NoError(t, err, "TryLock queues too, and the queue is empty")
-}
-
-// On nodes without fair mode's queue (the adapter modules'), fair waiters
-// listen on the key's channel, where those nodes tell releases: a release
-// wakes them, and they do not wait out their backoff.
-func TestFairOnNodesWithoutQueue(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	holder := dialGated(t, servers, redlock.WithFair())
-	waiter := dialGated(t, servers, redlock.WithFair(), redlock.WithRetryBackoff(time.Minute, time.Minute))
-	held, err := holder.Lock(ctx, "noq")
-	require.NoError(t, err)
-	heldEverywhere(t, servers, "redlock:{noq}")
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, "noq")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	waitListening(t, servers, "redlock:{noq}")
-	require.NoError(t, held.Release(ctx))
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the fair waiter was not woken by the release")
-	}
 }

@@ -28,12 +28,6 @@ const maxPendingReleases = 1024
 // node and state in this time.
 const healthLogEvery = 10 * time.Second
 
-// Pinger is implemented by nodes that can be probed (*node.Redis is). Only such
-// nodes get a circuit breaker.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // refuser is implemented by nodes that can tell their current restart
 // quarantine (*node.Redis: node.WithRestartQuarantine, node.WithRestartGuard).
 type refuser interface{ Refusal() error }
@@ -160,22 +154,20 @@ type NodeHealthEvent struct {
 }
 
 // nodeHealth is everything the client knows of one node's health, in one
-// record: what Health reports, what the gate choice skips (contend.go), and the
-// node's circuit breaker, in the spirit of sony/gobreaker: closed while the
+// record: what Health reports, and the node's circuit breaker, in the spirit of sony/gobreaker: closed while the
 // node answers; open, failing calls fast with ErrNodeDown, once threshold calls
 // in a row failed at the transport; closed again by a background probe (or any
 // call in flight) that sees the node answer. Cleanup releases for an open node
 // wait in pending, deduplicated and bounded, and are sent once it is closed: no
 // goroutine waits per failed attempt.
 type nodeHealth struct {
-	threshold  int           // breaker: 0 = no breaker (not a Pinger, or WithBreaker(0))
+	threshold  int           // breaker: 0 = no breaker (WithBreaker(0))
 	base, ceil time.Duration // the probe's backoff: from base, doubling to ceil
 
 	mu sync.Mutex
 	// The calls' outcomes.
 	failingSince     time.Time // first failure since the last answer; zero if answered
 	failures         int       // failed calls in a row
-	suspectUntil     time.Time // skipped as a gate until then (suspectFor after a failure)
 	quarantinedUntil time.Time
 	lastKind         string
 	lastErr, lastOK  time.Time
@@ -218,19 +210,19 @@ func (h *nodeHealth) record(err error, now time.Time) (probe bool, change *NodeH
 	var qe *node.QuarantineError
 	switch {
 	case err == nil:
-		h.failingSince, h.failures, h.suspectUntil, h.lastOK = time.Time{}, 0, time.Time{}, now
+		h.failingSince, h.failures, h.lastOK = time.Time{}, 0, now
 	case errors.As(err, &qe):
 		// Refused before anything was sent: the node is up, but grants
 		// nothing until then.
 		h.failingSince, h.failures = time.Time{}, 0
 		h.quarantinedUntil = later(h.quarantinedUntil, qe.Until)
-		h.suspectUntil, h.lastKind, h.lastErr = now.Add(suspectFor), KindQuarantined, now
+		h.lastKind, h.lastErr = KindQuarantined, now
 	default:
 		if h.failingSince.IsZero() {
 			h.failingSince = now
 		}
 		h.failures++
-		h.suspectUntil, h.lastKind, h.lastErr = now.Add(suspectFor), NodeErrorKind(err), now
+		h.lastKind, h.lastErr = NodeErrorKind(err), now
 	}
 	if h.threshold > 0 {
 		probe = h.recordBreakerLocked(err, now)
@@ -261,22 +253,6 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// suspect makes the node skipped as a gate for suspectFor from now (it did
-// not answer as a gate in time).
-func (h *nodeHealth) suspect(now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.suspectUntil = now.Add(suspectFor)
-}
-
-// gateOK reports whether the node may serve as a gate: it did not fail in the
-// last suspectFor, its breaker is closed and it is not quarantined.
-func (h *nodeHealth) gateOK(now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.open && !now.Before(h.suspectUntil) && !now.Before(h.quarantinedUntil)
 }
 
 // stateLocked is the node's state at now.
@@ -365,7 +341,7 @@ func (h *nodeHealth) answered(now time.Time) (map[pendingRelease]bool, int, *Nod
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.open, h.fails, h.probing = false, 0, false
-	h.failingSince, h.failures, h.suspectUntil, h.lastOK = time.Time{}, 0, time.Time{}, now
+	h.failingSince, h.failures, h.lastOK = time.Time{}, 0, now
 	p, d := h.pending, h.dropped
 	h.pending, h.dropped = nil, 0
 	return p, d, h.changedLocked(now)
@@ -401,9 +377,6 @@ func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Co
 		return zero, false, ErrNodeDown
 	}
 	v, ok, err := call(ctx, i, c.nodes[i])
-	if err == errNotSent { // nothing was sent: nothing learnt about the node
-		return v, ok, err
-	}
 	probe, change := h.record(err, c.cfg.clock.Now())
 	c.healthChanged(i, change)
 	if probe {
@@ -415,7 +388,7 @@ func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Co
 // probe pings node i, with a growing backoff, until it answers or the client
 // closes; then it closes the breaker and sends the releases that waited.
 func (c *Client) probe(i int) {
-	h, p := c.health[i], c.nodes[i].(Pinger)
+	h, p := c.health[i], c.nodes[i]
 	wait := h.base
 	for h.isOpen() {
 		// No jitter: one probe per node and client is no herd, and runs stay

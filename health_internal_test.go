@@ -53,7 +53,6 @@ func TestNodeHealthRecord(t *testing.T) {
 		state  NodeState
 		change bool
 		probe  bool
-		gateOK bool
 	}
 	for _, tc := range []struct {
 		name      string
@@ -61,34 +60,34 @@ func TestNodeHealthRecord(t *testing.T) {
 		steps     []step
 	}{
 		{"timeouts open the breaker", 3, []step{
-			{0, nil, NodeOK, false, false, true},
-			{10, context.DeadlineExceeded, NodeFailing, true, false, false},
-			{20, context.DeadlineExceeded, NodeFailing, false, false, false},
-			{30, context.DeadlineExceeded, NodeBreakerOpen, true, true, false},
-			{40, context.DeadlineExceeded, NodeBreakerOpen, false, false, false}, // a late one: the probe runs already
-			{50, nil, NodeOK, true, false, true},                                 // an answer in flight closes it
+			{0, nil, NodeOK, false, false},
+			{10, context.DeadlineExceeded, NodeFailing, true, false},
+			{20, context.DeadlineExceeded, NodeFailing, false, false},
+			{30, context.DeadlineExceeded, NodeBreakerOpen, true, true},
+			{40, context.DeadlineExceeded, NodeBreakerOpen, false, false}, // a late one: the probe runs already
+			{50, nil, NodeOK, true, false},                                // an answer in flight closes it
 		}},
 		{"no breaker", 0, []step{
-			{10, context.DeadlineExceeded, NodeFailing, true, false, false},
-			{20, context.DeadlineExceeded, NodeFailing, false, false, false},
-			{30, context.DeadlineExceeded, NodeFailing, false, false, false},
-			{2000, nil, NodeOK, true, false, true},
+			{10, context.DeadlineExceeded, NodeFailing, true, false},
+			{20, context.DeadlineExceeded, NodeFailing, false, false},
+			{30, context.DeadlineExceeded, NodeFailing, false, false},
+			{2000, nil, NodeOK, true, false},
 		}},
 		{"an error reply resets the breaker's count", 3, []step{
-			{10, context.DeadlineExceeded, NodeFailing, true, false, false},
-			{20, context.DeadlineExceeded, NodeFailing, false, false, false},
-			{30, refusal, NodeFailing, false, false, false},
-			{40, context.DeadlineExceeded, NodeFailing, false, false, false},
-			{1100, refusal, NodeFailing, false, false, false},
+			{10, context.DeadlineExceeded, NodeFailing, true, false},
+			{20, context.DeadlineExceeded, NodeFailing, false, false},
+			{30, refusal, NodeFailing, false, false},
+			{40, context.DeadlineExceeded, NodeFailing, false, false},
+			{1100, refusal, NodeFailing, false, false},
 		}},
 		{"quarantine", 3, []step{
-			{10, quarantined, NodeQuarantined, true, false, false},
-			{20, nil, NodeQuarantined, false, false, false}, // a release answered
-			{5000, nil, NodeOK, true, false, true},
+			{10, quarantined, NodeQuarantined, true, false},
+			{20, nil, NodeQuarantined, false, false}, // a release answered
+			{5000, nil, NodeOK, true, false},
 		}},
 		{"canceled teaches nothing", 3, []step{
-			{10, context.Canceled, NodeOK, false, false, true},
-			{20, fmt.Errorf("x: %w", context.Canceled), NodeOK, false, false, true},
+			{10, context.Canceled, NodeOK, false, false},
+			{20, fmt.Errorf("x: %w", context.Canceled), NodeOK, false, false},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,7 +104,6 @@ func TestNodeHealthRecord(t *testing.T) {
 				snap := h.snapshotLocked(at(s.ms))
 				h.mu.Unlock()
 				assert.Equal(t, s.state, snap.State, "step %d", k)
-				assert.Equal(t, s.gateOK, h.gateOK(at(s.ms)), "step %d: gate", k)
 				if s.err == nil {
 					assert.True(t, snap.FailingSince.IsZero(), "step %d", k)
 					assert.Equal(t, at(s.ms), snap.LastOK, "step %d", k)
@@ -113,20 +111,6 @@ func TestNodeHealthRecord(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A node that failed is skipped as a gate for suspectFor, and so is one that
-// did not answer as a gate in time.
-func TestNodeHealthSuspect(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	h := newNodeHealth(3, 100*time.Millisecond)
-	h.suspect(now)
-	assert.False(t, h.gateOK(now.Add(suspectFor-time.Nanosecond)))
-	assert.True(t, h.gateOK(now.Add(suspectFor)))
-	h.record(errors.New("x"), now)
-	assert.False(t, h.gateOK(now.Add(suspectFor/2)))
-	assert.True(t, h.gateOK(now.Add(suspectFor)), "failed a second ago: a gate again")
-	assert.Equal(t, NodeFailing, h.state, "but still failing until it answers")
 }
 
 // A state change is logged at most once per node and state in healthLogEvery.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -25,8 +24,7 @@ type Lock struct {
 	// Set once granted, before the caller sees the lock.
 	acquire    *quorum.Call[node.Acquired]
 	acquiredAt time.Time
-	announced  atomic.Bool // a node announced a grant of this attempt (announceOn)
-	waiter     string      // fair mode: the waiter id of the Lock call, which Release takes out of the queues
+	waiter     string // fair mode: the waiter id of the Lock call, which Release takes out of the queues
 
 	op sync.Mutex // serialises Extend and Release
 
@@ -56,33 +54,13 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 	return l.observe(i, a, err)
 }
 
-// announceOn is acquireOn for the attempt of a woken waiter: a grant is told
-// to the other clients' waiters (node.Announcer), so that those that were
-// about to send their attempt drop it instead of spending a command on a
-// refusal.
-func (l *Lock) announceOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-	an, ok := n.(node.Announcer)
-	if !ok {
-		return l.acquireOn(ctx, i, n)
-	}
-	a, err := an.AcquireAnnounced(ctx, l.key, l.fenceKey, l.token, l.ttl)
-	if a.OK || err != nil { // granted, or perhaps: waiters may have dropped their attempts
-		l.announced.Store(true)
-	}
-	return l.observe(i, a, err)
-}
-
 // acquireQueuedOn is the acquisition's call on one node for waiter w:
 // through the node's waiters' queue (fair mode's, or the default mode's wake
-// queue when w is loose), where the node has one.
+// queue when w is loose).
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	wv := w.Waiter // the same ticket on every node; settle changes w after the round
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-		q, ok := w.queueOn(n)
-		if !ok {
-			return l.acquireOn(ctx, i, n)
-		}
-		a, err := q.acquire(ctx, l, wv)
+		a, err := w.acquire(ctx, n, l, wv)
 		return l.observe(i, a, err)
 	}
 }
@@ -96,16 +74,15 @@ func (l *Lock) observe(_ int, a node.Acquired, err error) (node.Acquired, bool, 
 // undoStraggler releases the lock on node i, where the acquisition landed (or
 // may have) after it was given up. Once the holder released the lock, the
 // release notifies waiters, who may be listening only on that node. Before (an
-// attempt that failed), the lock is held elsewhere and nobody is told, unless
-// the attempt announced a grant: waiters that dropped their attempts because
-// of it are woken again. In fair mode the released holder's waiter leaves
-// that node's queue too, while a failed attempt leaves its waiter in place.
+// attempt that failed), the lock is held elsewhere and nobody is told. In fair
+// mode the released holder's waiter leaves that node's queue too, while a
+// failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
 	if l.isReleased() {
 		l.c.releaseDetached(i, l.key, l.token, l.waiter, true)
 		return
 	}
-	l.c.releaseDetached(i, l.key, l.token, "", l.announced.Load())
+	l.c.releaseDetached(i, l.key, l.token, "", false)
 }
 
 // granted records a successful acquisition.

@@ -276,7 +276,6 @@ func checkTTL(ttl time.Duration, factor float64) error {
 // timeout, then at doubling intervals up to 2 node timeouts (every interval at
 // most 1 s; the longest at least 100 ms); the first answer closes the breaker.
 // 0 turns breakers off: every call then waits for the node or its timeout.
-// Breakers apply to nodes that implement Pinger.
 func WithBreaker(failures int) Option {
 	return optionFunc(func(c *config) error {
 		if failures < 0 {

@@ -40,13 +40,12 @@ type Client struct {
 	queues map[string]*queue // Lock's waiters per resource
 	held   map[string]int    // locks taken through this client and not released, per resource
 
-	health    []*nodeHealth          // per node: its breaker, and what Health reports (health.go)
-	contended map[string]*contention // resources refused lately (guarded by qmu)
+	health    []*nodeHealth        // per node: its breaker, and what Health reports (health.go)
+	contended map[string]time.Time // resources refused lately: when (guarded by qmu)
 
 	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
-	queued      bool             // every node keeps a wake queue (node.WakeQueuer): the default mode queues waiters there
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -80,18 +79,10 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
 		stop:   make(chan struct{}),
-		health: make([]*nodeHealth, len(nodes)), contended: map[string]*contention{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
+		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
-	c.queued = true
-	for i, n := range nodes {
-		if _, ok := n.(node.WakeQueuer); !ok {
-			c.queued = false
-		}
-		threshold := 0 // no breaker
-		if _, ok := n.(Pinger); ok {
-			threshold = cfg.breakerFailures
-		}
-		c.health[i] = newNodeHealth(threshold, cfg.nodeTimeout)
+	for i := range nodes {
+		c.health[i] = newNodeHealth(cfg.breakerFailures, cfg.nodeTimeout)
 	}
 	if n := len(nodes); n%2 == 0 && cfg.logger != nil {
 		cfg.logger.Warn("even number of nodes: it tolerates no more failed nodes than one node fewer would, and costs one more vote per call",
@@ -321,32 +312,21 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		}
 	}()
 	var last *QuorumError
-	p := c.newPace(resource)
-	held := c.heldHere(resource) // then this client's release wakes us: no queue on the nodes
-	switch {
-	case p.gated && c.queued && !held:
-		// Contended lately, on nodes with wake queues: queue from the first
-		// attempt, and listen before it (the subscription of this client's
-		// waiters lingers between Lock calls, so this costs nothing when
-		// the client contends again and again).
+	var p pace
+	if lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
+		// Contended lately: queue from the first attempt, and listen
+		// before it (the subscription of this client's waiters lingers
+		// between Lock calls, so this costs nothing when the client
+		// contends again and again). When this client holds the lock, its
+		// own release wakes the call: no queue on the nodes.
 		lc.waiter = c.newWaiter(*lc, true, 0)
-		p = pace{queued: true}
 		rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
-	case p.gated && !held:
-		// Contended lately: listen before the first attempt, so that a
-		// refusal needs no second one; and after a release of this client,
-		// let the waiters of other clients go first.
-		rw = c.watchReleases(ctx, c.lockKey(resource), nil)
-		p.skip = c.yieldFirst(resource)
-		p.yield = p.skip
 	}
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
-		if p.skip {
-			p.skip = false // another client's turn (see stagger, yieldFirst): wait for its release
-		} else if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, *lc, p.gated)
+		if attempt > 0 || !c.heldHere(resource) {
+			l, err := c.try(ctx, resource, *lc)
 			if err == nil {
 				return l, nil
 			}
@@ -355,17 +335,13 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 			}
 			p.failed(c, resource, last, lc.waiter)
 			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
-				// Held by another client: listen for its release, then try
-				// again at once (it may have been released while we
-				// subscribed): on nodes with wake queues, queued from now on
-				// (a release wakes the first waiter only); otherwise through
-				// the gate, as other waiters may try too.
-				if lc.waiter == nil && c.queued {
+				// Held by another client: queued from now on (a release
+				// wakes the first waiter only), listening for it; try again
+				// at once (it may have been released while we subscribed).
+				if lc.waiter == nil {
 					lc.waiter = c.newWaiter(*lc, true, last.clock)
-					p.queued = true
 				}
 				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
-				p.gated = !p.queued
 				if !p.farBehind(lc.waiter) {
 					continue
 				}
@@ -378,8 +354,8 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
 		woken, err := waitRetry(ctx, rw, local, c.stop, p.backoff(*lc, attempt))
-		if err == nil {
-			err = p.woken(ctx, woken, rw)
+		if err == nil && woken == wokeRemote {
+			rw.gather(ctx, gatherMax)
 		}
 		if err != nil {
 			if last == nil {
@@ -416,7 +392,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 // tryOnce is TryLock's attempt; in fair mode it queues for that attempt only.
 func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	if !c.cfg.fair {
-		return c.try(ctx, resource, lc, false)
+		return c.try(ctx, resource, lc)
 	}
 	done, err := c.enterCall()
 	if err != nil {
@@ -424,7 +400,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	}
 	defer done()
 	lc.waiter = c.newWaiter(lc, false, 0)
-	l, err := c.try(ctx, resource, lc, false)
+	l, err := c.try(ctx, resource, lc)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err
 }
@@ -468,9 +444,8 @@ func backoff(min, max time.Duration, attempt int) time.Duration {
 // lockKey returns the lock key of resource under the client's prefix.
 func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, resource) }
 
-// try is one acquisition attempt; gated, it asks the gate node first (see
-// contend.go).
-func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated bool) (*Lock, error) {
+// try is one acquisition attempt, through the nodes' queues for a waiter.
+func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	end, err := c.begin()
 	if err != nil {
 		return nil, err
@@ -491,19 +466,13 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig, gated 
 	defer cancel()
 	sctx, split := watchSplit(wctx)
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
-	switch {
-	case lc.waiter != nil:
-		rd.call = l.acquireQueuedOn(lc.waiter)
-		l.waiter = lc.waiter.ID
-		w := lc.waiter
+	if w := lc.waiter; w != nil {
+		rd.call = l.acquireQueuedOn(w)
+		l.waiter = w.ID
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
 			c.leaveLate(l.key, w, j, r)
 		}
-	case gated && len(c.nodes) >= 3:
-		rd.call = c.gated(l.key, l.acquireOn, l.announceOn)
-	case gated:
-		rd.call = l.announceOn
 	}
 	call := rd.start(ctx, c)
 	o := call.Wait(sctx)

@@ -72,11 +72,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	call := quorum.Start(context.WithoutCancel(ctx), len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
-		v, ok, err := callNode(c, ctx, r.idx[j], r.call)
-		if err == errNotSent {
-			err = nil // the round chose not to ask the node: a refusal
-		}
-		return v, ok, err
+		return callNode(c, ctx, r.idx[j], r.call)
 	}, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }

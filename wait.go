@@ -79,10 +79,8 @@ func (c *Client) tookHere(resource string) {
 // releasedHere records that a lock taken through this client was released, and
 // wakes the first of this client's waiters for the resource at once.
 func (c *Client) releasedHere(resource string) {
-	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	c.releasedContendedLocked(resource, now)
 	if c.held[resource]--; c.held[resource] <= 0 {
 		delete(c.held, resource)
 	}
@@ -91,16 +89,13 @@ func (c *Client) releasedHere(resource string) {
 	}
 }
 
-// releaseWatch listens for release notifications of one lock key on every node
-// that supports them.
+// releaseWatch listens for a waiter's release notifications on every node.
 type releaseWatch struct {
 	notify chan struct{}
-	taken  chan struct{} // a woken waiter's grant was announced (node.TakenChannel) since the last release
 
-	// noted: per watched node, whether it notified a release since the last
-	// gather (queued waiters listen on every node).
+	// noted: per node, whether it notified a release since the last gather.
 	noted []atomic.Bool
-	need  int // notifying nodes that make a majority of the client's nodes (at most the watched ones)
+	need  int // notifying nodes that make a majority
 
 	mu    sync.Mutex
 	stops []func()
@@ -108,61 +103,34 @@ type releaseWatch struct {
 	done  chan struct{}
 }
 
-// watchReleases subscribes to key's release notifications and returns as soon
-// as one node confirmed its subscription (or all failed, or the node timeout
-// passed): from then on a release is not missed. With three nodes or more it
-// listens to the gate node only (see contend.go): that is where a woken waiter
-// goes first, every release is notified there once, and a waiter is not woken
-// N times per release; a gate that fails leaves waiters to their backoff, and
-// the gate then moves. Otherwise it listens to every node.
-//
-// It also listens, on the same nodes, for announced grants (node.Announcer):
-// a waiter woken by a release that learns, before it sends its attempt, that
-// another client's waiter took the lock, drops the attempt (see stagger).
-//
-// A queued waiter (w not nil: fair mode, or the default mode's wake queue)
-// listens on every node, on its own channel where the node keeps its queue
-// (place.channelOn): a release wakes the first waiter of each node's queue
-// only, every node orders the queue alike, and so a node that is down, paused
-// or slow (the gate of the unqueued default mode) cannot make a waiter miss
-// its turn.
+// watchReleases subscribes waiter w to its release notifications of key, on
+// every node, on w's own channel (node.WaiterChannel): a release wakes the
+// first waiter of each node's queue only, every node orders the queue alike,
+// and so a node that is down, paused or slow cannot make a waiter miss its
+// turn. It returns as soon as one node confirmed its subscription (or all
+// failed, or the node timeout passed): from then on a release is not missed.
 func (c *Client) watchReleases(ctx context.Context, key string, w *place) *releaseWatch {
-	rw := &releaseWatch{notify: make(chan struct{}, 1), taken: make(chan struct{}, 1), done: make(chan struct{})}
+	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
-	nodes := c.nodes
-	if len(nodes) >= 3 && w == nil {
-		nodes = nodes[c.gateOf(key, c.cfg.clock.Now()):][:1]
-	}
-	var watchers []node.Watcher
-	var channels []string
-	for _, nd := range nodes {
-		if wr, ok := nd.(node.Watcher); ok {
-			watchers = append(watchers, wr)
-			channels = append(channels, w.channelOn(nd, key))
-		}
-	}
-	rw.noted = make([]atomic.Bool, len(watchers))
-	rw.need = min(len(watchers), quorum.Majority(len(c.nodes)))
-	confirmed := make(chan bool, len(watchers))
-	for i, watcher := range watchers {
+	rw.noted = make([]atomic.Bool, len(c.nodes))
+	rw.need = quorum.Majority(len(c.nodes))
+	channel := node.WaiterChannel(key, w.ID)
+	confirmed := make(chan bool, len(c.nodes))
+	for i, n := range c.nodes {
 		rw.wg.Add(1)
 		go func() {
 			defer rw.wg.Done()
-			var taken <-chan struct{}
-			if w == nil { // fair mode has no announced grants
-				taken = rw.watch(ctx, watcher, node.TakenChannel(key))
-			}
-			ch, stop, err := watcher.Watch(ctx, channels[i])
+			ch, stop, err := n.Watch(ctx, channel)
 			rw.addStop(stop)
 			confirmed <- err == nil && stop != nil
 			if ch == nil {
 				return
 			}
-			rw.forward(i, ch, taken)
+			rw.forward(i, ch)
 		}()
 	}
-	for range watchers {
+	for range c.nodes {
 		select {
 		case ok := <-confirmed:
 			if ok {
@@ -175,17 +143,6 @@ func (c *Client) watchReleases(ctx context.Context, key string, w *place) *relea
 	return rw
 }
 
-// watch subscribes to channel on watcher without waiting for the node's
-// confirmation (the release channel's is awaited; both go over one
-// connection); nil if the node cannot watch.
-func (rw *releaseWatch) watch(ctx context.Context, watcher node.Watcher, channel string) <-chan struct{} {
-	ctx, cancel := context.WithCancel(ctx)
-	cancel() // Watch registers the subscription before it waits
-	ch, stop, _ := watcher.Watch(ctx, channel)
-	rw.addStop(stop)
-	return ch
-}
-
 func (rw *releaseWatch) addStop(stop func()) {
 	if stop == nil {
 		return
@@ -195,20 +152,14 @@ func (rw *releaseWatch) addStop(stop func()) {
 	rw.mu.Unlock()
 }
 
-// forward passes one node's release notifications (released) and grant
-// announcements (taken) on to the waiter until the watch stops. A node sends
-// both over one connection, in order, so an announcement pending when a
-// release arrives is older than that release: it is dropped.
-func (rw *releaseWatch) forward(i int, released, taken <-chan struct{}) {
+// forward passes one node's release notifications on to the waiter until the
+// watch stops.
+func (rw *releaseWatch) forward(i int, released <-chan struct{}) {
 	for {
 		select {
 		case <-released:
 			rw.noted[i].Store(true)
-			drain(taken)
-			drain(rw.taken)
 			poke(rw.notify)
-		case <-taken:
-			poke(rw.taken)
 		case <-rw.done:
 			return
 		}
@@ -219,7 +170,7 @@ func (rw *releaseWatch) forward(i int, released, taken <-chan struct{}) {
 func (rw *releaseWatch) drain() { drain(rw.notify) }
 
 // gather waits, at most d, until a majority of the nodes notified a release
-// since the last gather: a waiter woken on every node (fair and queued modes)
+// since the last gather: a waiter woken on every node
 // by the first release to land would otherwise try while the others are still
 // on their way, be refused there, and try again. It then forgets the nodes
 // heard, and the pending notification.
@@ -270,20 +221,6 @@ func drain(ch <-chan struct{}) {
 	case <-ch:
 	default:
 	}
-}
-
-// channelOn returns the channel on which node n tells waiter w (nil: a
-// waiter that is not queued) that key was released: w's own on a node that
-// keeps w's queue, the key's otherwise (a node without that queue wakes every
-// waiter there).
-func (w *place) channelOn(n node.Node, key string) string {
-	if w == nil {
-		return key
-	}
-	if _, ok := w.queueOn(n); !ok {
-		return key
-	}
-	return node.WaiterChannel(key, w.ID)
 }
 
 // stop ends the watch.

@@ -50,7 +50,6 @@ var (
 	_ node.Watcher    = (*Node)(nil)
 	_ node.WakeQueuer = (*Node)(nil)
 	_ node.Queuer     = (*Node)(nil)
-	_ node.Announcer  = (*Node)(nil)
 )
 
 // Option configures New.

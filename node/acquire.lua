@@ -1,8 +1,6 @@
 -- Acquire: take the lock if it is free and report the node's fence counter.
 -- KEYS[1] lock key, KEYS[2] fence counter key (same hash slot)
--- ARGV[1] owner token, ARGV[2] TTL in milliseconds, ARGV[3] (optional) a
--- channel to tell, when the SET succeeded, that the lock was taken (see
--- node.Announcer)
+-- ARGV[1] owner token, ARGV[2] TTL in milliseconds
 -- Returns {1, counter as a decimal string ("0" when absent), 1 if the counter
 -- exists else 0} when granted; when refused, {0, counter, present, 0, the
 -- node's clock in µs, -1}, as the queued acquisitions answer. The counter is
@@ -15,10 +13,7 @@ local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
 local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if ok then
-  if ARGV[3] then redis.pcall('PUBLISH', ARGV[3], 'taken') end
-  return {1, f, present}
-end
+if ok then return {1, f, present} end
 -- Refused: the caller may wait in the nodes' queues, with a ticket taken from
 -- their clocks (node.Waiter): tell it this node's, in µs (0 when the user may
 -- not run TIME). Not queued here (-1).

@@ -67,23 +67,6 @@ type Queuer interface {
 	ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error)
 }
 
-// Announcer is a Node that can tell waiters of other clients, in the same
-// step as a grant, that the lock was just taken: a waiter woken by a release
-// that has not sent its attempt yet drops it, rather than spend a command on
-// a refusal. The lock client uses it for the attempts of woken waiters.
-type Announcer interface {
-	// AcquireAnnounced is Acquire that, when the node grants the lock,
-	// publishes on TakenChannel(key) (a failure to publish does not fail the
-	// grant).
-	AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error)
-}
-
-var _ Announcer = (*Redis)(nil)
-
-// TakenChannel is the channel on which a node tells that key was taken by an
-// announced acquisition (see Announcer).
-func TakenChannel(key string) string { return key + ":taken" }
-
 // WaiterChannel is the channel on which the waiter id is told that key was
 // released while it was at the head of the queue: Watch it like a key. An id
 // of the form group/rest is told on its group's channel: a client that names
@@ -94,8 +77,6 @@ func WaiterChannel(key, id string) string {
 	}
 	return key + ":w:" + id
 }
-
-var _ Queuer = (*Redis)(nil)
 
 // QueueKeys returns the keys of key's waiters' queue and of its waiters'
 // leases.

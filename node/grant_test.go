@@ -161,10 +161,6 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 		return err
 	},
 	func(ctx context.Context, n *node.Redis, k string) error {
-		_, err := n.AcquireAnnounced(ctx, k, k+":fence", "t", time.Second)
-		return err
-	},
-	func(ctx context.Context, n *node.Redis, k string) error {
 		_, err := n.Extend(ctx, k, "t", time.Second)
 		return err
 	},
@@ -638,15 +634,11 @@ func (p *prober) syncWoken(t *testing.T, mark string) int64 {
 }
 
 // grantCalls drives every script marked as a grant through the Node method
-// that runs it (AcquireAnnounced runs the acquire script with one more
-// argument).
+// that runs it.
 var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error){
 	"acquire": {
 		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 			return n.Acquire(ctx, key, key+":fence", "t-new", 10*time.Second)
-		},
-		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
-			return n.AcquireAnnounced(ctx, key, key+":fence", "t-new", 10*time.Second)
 		},
 	},
 	"wakeacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {

@@ -16,9 +16,14 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Node is one independent Redis instance as the lock algorithm sees it. Every method
-// must return by the context's deadline; implementations must be safe for concurrent
-// use.
+// Node is one independent Redis instance as the lock algorithm sees it: every
+// operation the lock client needs, in one contract — the lock itself, the
+// fence counter, the default mode's wake queue (WakeQueuer), fair mode's queue
+// (Queuer), release notifications (Watcher) and a probe (Ping). Every method
+// must return by the context's deadline; implementations must be safe for
+// concurrent use. A backend built on another Redis client embeds Scripted,
+// which implements every script operation over one Eval, and adds Name,
+// Watch, Ping and Close; nodetest.Run checks it.
 type Node interface {
 	// Name identifies the node in errors and logs, and in the check that no node is
 	// given twice. Two Nodes with the same Name are the same instance.
@@ -39,6 +44,12 @@ type Node interface {
 	// RaiseFence raises the counter at fenceKey to at least fence, whoever holds
 	// the lock.
 	RaiseFence(ctx context.Context, fenceKey string, fence uint64) error
+	WakeQueuer
+	Queuer
+	Watcher
+	// Ping checks that the node answers, within ctx and the node's timeout
+	// (the lock client's breaker probes a failing node with it).
+	Ping(ctx context.Context) error
 	// Close releases the node's resources (connections).
 	Close() error
 }

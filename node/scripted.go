@@ -26,9 +26,9 @@ type Evaler interface {
 	Eval(ctx context.Context, c Call) (any, error)
 }
 
-// Scripted implements every operation of a lock node (Acquire, Release,
-// Extend, the fence writes, the wake queue of WakeQueuer, fair mode's queue
-// of Queuer, AcquireAnnounced of Announcer) over an Evaler, so that every
+// Scripted implements every script operation of a lock node (Acquire,
+// Release, Extend, the fence writes, the wake queue of WakeQueuer, fair mode's
+// queue of Queuer) over an Evaler, so that every
 // backend runs exactly the same scripts with the same arguments, and every
 // script that can grant a lock (Script.Grants) passes the same guards. A
 // backend embeds it and adds Name, Close, Watch and Ping.
@@ -49,14 +49,9 @@ type Scripted struct {
 	Timeout time.Duration
 }
 
-// AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms, and
-// the channel to announce a grant on when announce is set (Announcer).
-func AcquireCall(key, fenceKey, token string, ttl time.Duration, announce bool) Call {
-	args := []any{token, ttl.Milliseconds()}
-	if announce {
-		args = append(args, TakenChannel(key))
-	}
-	return Call{AcquireScript, []string{key, fenceKey}, args}
+// AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms.
+func AcquireCall(key, fenceKey, token string, ttl time.Duration) Call {
+	return Call{AcquireScript, []string{key, fenceKey}, []any{token, ttl.Milliseconds()}}
 }
 
 // ReleaseCall is Release's call.
@@ -136,7 +131,6 @@ func LeaveQueueCall(key, id string) Call {
 var (
 	_ WakeQueuer = (*Scripted)(nil)
 	_ Queuer     = (*Scripted)(nil)
-	_ Announcer  = (*Scripted)(nil)
 )
 
 // run runs c, behind the guards when its script can grant a lock.
@@ -188,12 +182,7 @@ func (s *Scripted) flag(ctx context.Context, c Call) (bool, error) {
 
 // Acquire implements Node.
 func (s *Scripted) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl, false))
-}
-
-// AcquireAnnounced implements Announcer.
-func (s *Scripted) AcquireAnnounced(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
-	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl, true))
+	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl))
 }
 
 // Release implements Node.

@@ -49,10 +49,10 @@ func Scripts() []Script {
 // The scripts behind the Node methods, with their arguments (all sent as
 // strings; a TTL in whole milliseconds, a fence as a decimal uint64).
 var (
-	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms, and optionally a
-	// channel to publish "taken" on when granted (TakenChannel). Reply
-	// {0|1, fence counter as a decimal string, 0|1 counter present}; see
-	// ParseAcquired.
+	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms. Reply {1, fence
+	// counter as a decimal string, 0|1 counter present} when granted, and
+	// when refused also the waiters ahead (0), the node's clock in µs and -1
+	// (not queued); see ParseAcquiredReply.
 	AcquireScript = Script{acquireScript}
 	// ReleaseScript: KEYS lock; ARGV token, "1" to notify waiters or "0".
 	// Reply 1 when deleted.

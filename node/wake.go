@@ -56,8 +56,6 @@ type WakeQueuer interface {
 	LeaveWakeQueue(ctx context.Context, key, id string, reserve time.Duration) error
 }
 
-var _ WakeQueuer = (*Redis)(nil)
-
 // WakeQueueKeys returns the keys of key's wake queue and of the waiter a
 // release woke.
 func WakeQueueKeys(key string) (queue, woken string) { return key + ":wq", key + ":wk" }

@@ -25,8 +25,6 @@ type Watcher interface {
 	Watch(ctx context.Context, key string) (notify <-chan struct{}, stop func(), err error)
 }
 
-var _ Watcher = (*Redis)(nil)
-
 // Variables for the tests' sake.
 var (
 	// watchPing is the keep-alive period of the subscriber connection; an idle

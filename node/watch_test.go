@@ -4,10 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redlock-go/redlock/node"
 )
 
 func TestWatch(t *testing.T) {
@@ -60,44 +57,4 @@ func TestWatch(t *testing.T) {
 		}
 	}, 10*time.Second, time.Millisecond)
 	stop()
-}
-
-// TestAcquireAnnounced: a grant through AcquireAnnounced publishes "taken" on
-// TakenChannel, once; a plain Acquire and a refused announced one publish
-// nothing.
-func TestAcquireAnnounced(t *testing.T) {
-	s, n, ctx := dialed(t, 10*time.Second)
-
-	c, err := redis.Dial("tcp", s.Addr())
-	require.NoError(t, err)
-	defer c.Close()
-	psc := redis.PubSubConn{Conn: c}
-	require.NoError(t, psc.Subscribe(node.TakenChannel("k")))
-	_, ok := psc.ReceiveContext(ctx).(redis.Subscription)
-	require.True(t, ok, "subscribed")
-
-	a, err := n.Acquire(ctx, "k", "k:f", "plain", time.Minute)
-	require.NoError(t, err)
-	require.True(t, a.OK)
-	_, err = n.Release(ctx, "k", "plain", false)
-	require.NoError(t, err)
-	a, err = n.AcquireAnnounced(ctx, "k", "k:f", "first", time.Minute)
-	require.NoError(t, err)
-	require.True(t, a.OK)
-	a, err = n.AcquireAnnounced(ctx, "k", "k:f", "second", time.Minute)
-	require.NoError(t, err)
-	require.False(t, a.OK, "held by first")
-	_, err = s.Do("PUBLISH", node.TakenChannel("k"), "end")
-	require.NoError(t, err)
-
-	var got []string
-	for len(got) < 2 {
-		switch m := psc.ReceiveContext(ctx).(type) {
-		case redis.Message:
-			got = append(got, string(m.Data))
-		case error:
-			t.Fatal(m)
-		}
-	}
-	require.Equal(t, []string{"taken", "end"}, got)
 }

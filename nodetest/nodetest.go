@@ -10,12 +10,11 @@
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
 // counter only for the holder and never lowers it, RaiseFence for anyone; a
-// node that implements node.Watcher notifies a release made with notify; the
-// wake queue (node.WakeQueuer) queues refused waiters and wakes the first one
-// only, on its own channel, reserving the lock for it; fair mode's queue
-// (node.Queuer) grants only to its head; both queue a waiter only with a
-// ticket within node.TicketBound of the server's clock and report that clock;
-// a node that can Ping answers; two
+// node notifies a release made with notify (Watch); the wake queue queues
+// refused waiters and wakes the first one only, on its own channel, reserving
+// the lock for it; fair mode's queue grants only to its head; both queue a
+// waiter only with a ticket within node.TicketBound of the server's clock and
+// report that clock; Ping answers; two
 // lock clients over two such nodes exclude each other, fence and hand the lock
 // over; every call returns promptly on a cancelled context and, with
 // WithPause, with an error by its deadline on a server that stopped answering.
@@ -316,13 +315,9 @@ func (s *suite) raiseFence(t *testing.T, n node.Node, k keys) {
 }
 
 func (s *suite) watch(t *testing.T, n node.Node, k keys) {
-	w, ok := n.(node.Watcher)
-	if !ok {
-		t.Skipf("%T does not implement node.Watcher", n)
-	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, stop, err := w.Watch(c, k.lock)
+	ch, stop, err := n.Watch(c, k.lock)
 	if err != nil {
 		t.Fatalf("Watch: %v", err)
 	}
@@ -332,7 +327,7 @@ func (s *suite) watch(t *testing.T, n node.Node, k keys) {
 	if !acquire(t, n, k, a, time.Minute).OK {
 		t.Fatal("Acquire on a fresh key refused")
 	}
-	ok, err = n.Release(c, k.lock, a, true)
+	ok, err := n.Release(c, k.lock, a, true)
 	must(t, "Release with notify", ok, err, true)
 	select {
 	case <-ch:
@@ -510,10 +505,6 @@ func waiter(id string, now, offset int64) node.Waiter {
 }
 
 func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
-	q, ok := n.(node.WakeQueuer)
-	if !ok {
-		t.Skipf("%T does not implement node.WakeQueuer", n)
-	}
 	c := ctx(t)
 	now := time.Now().UnixMicro()
 	holder := token()
@@ -521,19 +512,15 @@ func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
 		t.Fatal("Acquire on a fresh key refused")
 	}
 	first, second := waiter("first/1", now, 10), waiter("second/1", now, 20)
-	var woken <-chan struct{}
-	if wr, ok := n.(node.Watcher); ok {
-		ch, stop, err := wr.Watch(c, node.WaiterChannel(k.lock, first.ID))
-		if err != nil {
-			t.Fatalf("Watch: %v", err)
-		}
-		defer stop()
-		drain(ch)
-		woken = ch
+	woken, stop, err := n.Watch(c, node.WaiterChannel(k.lock, first.ID))
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
 	}
+	defer stop()
+	drain(woken)
 	// second arrives first, but first's ticket is lower: it goes ahead.
 	for i, w := range []node.Waiter{second, first, second} {
-		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, w)
+		a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, w)
 		if err != nil || a.OK || a.Queue != node.Queued || a.Clock == 0 {
 			t.Fatalf("AcquireQueued of %s on a held lock: %+v, %v; want refused, queued, the node's clock", w.ID, a, err)
 		}
@@ -541,57 +528,47 @@ func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
 			t.Fatalf("AcquireQueued of %s: %d waiters ahead, want %d", w.ID, a.Ahead, want)
 		}
 	}
-	ok, err := q.ReleaseQueued(c, k.lock, holder, "", time.Minute)
+	ok, err := n.ReleaseQueued(c, k.lock, holder, "", time.Minute)
 	must(t, "ReleaseQueued", ok, err, true)
-	if woken != nil {
-		select {
-		case <-woken:
-		case <-c.Done():
-			t.Fatal("the first waiter was not woken")
-		}
+	select {
+	case <-woken:
+	case <-c.Done():
+		t.Fatal("the first waiter was not woken")
 	}
 	// The lock is reserved for the first waiter: the second is refused.
-	if a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, second); err != nil || a.OK {
+	if a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, second); err != nil || a.OK {
 		t.Fatalf("AcquireQueued of the second waiter while reserved for the first: %+v, %v", a, err)
 	}
 	tok := token()
-	a, err := q.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, first)
+	a, err := n.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, first)
 	if err != nil || !a.OK {
 		t.Fatalf("AcquireQueued of the woken waiter: %+v, %v", a, err)
 	}
-	if err := q.LeaveWakeQueue(c, k.lock, second.ID, time.Minute); err != nil {
+	if err := n.LeaveWakeQueue(c, k.lock, second.ID, time.Minute); err != nil {
 		t.Fatalf("LeaveWakeQueue: %v", err)
 	}
-	ok, err = q.ReleaseQueued(c, k.lock, tok, first.ID, time.Minute)
+	ok, err = n.ReleaseQueued(c, k.lock, tok, first.ID, time.Minute)
 	must(t, "ReleaseQueued of the waiter's lock", ok, err, true)
 }
 
 func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
-	q, ok := n.(node.Queuer)
-	if !ok {
-		t.Skipf("%T does not implement node.Queuer", n)
-	}
 	c := ctx(t)
 	now := time.Now().UnixMicro()
 	head, next := waiter("head/1", now, 10), waiter("next/1", now, 20)
-	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, next); err != nil || !a.OK {
+	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, next); err != nil || !a.OK {
 		t.Fatalf("AcquireFair alone in the queue: %+v, %v", a, err)
 	}
 	// next holds the lock and the head of the queue; head queues behind it
 	// (tickets order waiters, the holder keeps its place until it releases).
-	if a, err := q.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Queue != node.Queued {
+	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Queue != node.Queued {
 		t.Fatalf("AcquireFair while held: %+v, %v; want refused and queued", a, err)
 	}
-	if err := q.LeaveQueue(c, k.lock, head.ID); err != nil {
+	if err := n.LeaveQueue(c, k.lock, head.ID); err != nil {
 		t.Fatalf("LeaveQueue: %v", err)
 	}
 }
 
 func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
-	q, ok := n.(node.WakeQueuer)
-	if !ok {
-		t.Skipf("%T does not implement node.WakeQueuer", n)
-	}
 	c := ctx(t)
 	if !acquire(t, n, k, token(), time.Minute).OK {
 		t.Fatal("Acquire on a fresh key refused")
@@ -601,24 +578,20 @@ func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
 		offset time.Duration
 		want   node.QueueState
 	}{{-time.Hour, node.TicketRefused}, {time.Hour, node.TicketRefused}, {0, node.Queued}} {
-		a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
+		a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
 		if err != nil || a.OK || a.Queue != tc.want || a.Clock == 0 {
 			t.Fatalf("AcquireQueued with a ticket %v off: %+v, %v; want %v and the node's clock", tc.offset, a, err, tc.want)
 		}
 	}
 	// A waiter without a ticket is not queued, and learns the clock.
-	a, err := q.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("none/1", 0, 0))
+	a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("none/1", 0, 0))
 	if err != nil || a.OK || a.Queue != node.NotQueued || a.Clock == 0 {
 		t.Fatalf("AcquireQueued without a ticket: %+v, %v; want not queued, and the node's clock", a, err)
 	}
 }
 
 func (s *suite) ping(t *testing.T, n node.Node, _ keys) {
-	p, ok := n.(interface{ Ping(context.Context) error })
-	if !ok {
-		t.Skipf("%T cannot Ping", n)
-	}
-	if err := p.Ping(ctx(t)); err != nil {
+	if err := n.Ping(ctx(t)); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
 }

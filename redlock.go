@@ -305,67 +305,33 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 	if err != nil {
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
-	var rw *releaseWatch
-	defer func() {
-		if rw != nil {
-			rw.stop()
-		}
-	}()
-	var last *QuorumError
-	var p pace
+	w := &waiting{c: c, resource: resource, lc: lc}
+	defer w.stop()
 	if lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
 		// Contended lately: queue from the first attempt, and listen
 		// before it (the subscription of this client's waiters lingers
 		// between Lock calls, so this costs nothing when the client
 		// contends again and again). When this client holds the lock, its
 		// own release wakes the call: no queue on the nodes.
-		lc.waiter = c.newWaiter(*lc, true, 0)
-		rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
+		w.queue(ctx, 0)
 	}
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
 		if attempt > 0 || !c.heldHere(resource) {
-			l, err := c.try(ctx, resource, *lc)
-			if err == nil {
-				return l, nil
+			l, again, err := w.attempt(ctx)
+			if l != nil || err != nil {
+				return l, err
 			}
-			if !errors.As(err, &last) || last.Kind != ErrNotAcquired || ctx.Err() != nil {
-				return nil, err // bad input, closed client, failed fencing: retrying cannot help
-			}
-			p.failed(c, resource, last, lc.waiter)
-			if rw == nil && last.Refused > 0 && !c.heldHere(resource) {
-				// Held by another client: queued from now on (a release
-				// wakes the first waiter only), listening for it; try again
-				// at once (it may have been released while we subscribed).
-				if lc.waiter == nil {
-					lc.waiter = c.newWaiter(*lc, true, last.clock)
-				}
-				rw = c.watchReleases(ctx, c.lockKey(resource), lc.waiter)
-				if !p.farBehind(lc.waiter) {
-					continue
-				}
-			}
-			if lc.waiter != nil && lc.waiter.takeRequeue() {
-				continue // not queued for its ticket: at once with one from the nodes' clocks
+			if again {
+				continue
 			}
 		}
 		// Woken by a release, or after a backoff with full jitter in case a
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
-		woken, err := waitRetry(ctx, rw, local, c.stop, p.backoff(*lc, attempt))
-		if err == nil && woken == wokeRemote {
-			rw.gather(ctx, gatherMax)
-		}
-		if err != nil {
-			if last == nil {
-				return nil, c.failed("acquire", resource, ErrNotAcquired, err)
-			}
-			last.Cause = err
-			return nil, last
-		}
-		if woken != wokeTimer {
-			c.log(ctx, slog.LevelDebug, "waiter woken by a release", c.lockKey(resource), "")
+		if err := w.wait(ctx, local, attempt); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -482,21 +448,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
 	c.attempted(resource, lc, o, now.Sub(start), validity)
 	if !o.Success || validity <= 0 {
-		if lc.waiter != nil {
-			lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)), c.ticketNow)
-		}
-		c.abandonAcquire(call.Call, l)
-		undecided := errLeaseOutlived
-		if splitVote {
-			undecided = errSplitVote
-		}
-		qe := call.fail(ctx, resource, ErrNotAcquired, o, undecided)
-		qe.clock, _ = medianClock(call.Replies())
-		if o.Success {
-			qe.Validity = validity
-		}
-		c.log(ctx, slog.LevelDebug, "lock not acquired", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
-		return nil, qe
+		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote)
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
@@ -507,6 +459,26 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		}
 	}
 	return l, nil
+}
+
+// notAcquired gives a failed attempt of l up (what was taken is released),
+// settles the waiter's place from the nodes' replies, and returns the error.
+func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
+	if lc.waiter != nil {
+		lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)), c.ticketNow)
+	}
+	c.abandonAcquire(call.Call, l)
+	undecided := errLeaseOutlived
+	if splitVote {
+		undecided = errSplitVote
+	}
+	qe := call.fail(ctx, l.resource, ErrNotAcquired, o, undecided)
+	qe.clock, _ = medianClock(call.Replies())
+	if o.Success {
+		qe.Validity = validity
+	}
+	c.log(ctx, slog.LevelDebug, "lock not acquired", l.key, l.token, "agreed", o.Yes, "refused", o.No, "failed", o.Failed)
+	return qe
 }
 
 // attempted counts an attempt for Lock's hook and reports it to OnAttempt.

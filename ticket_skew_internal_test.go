@@ -64,13 +64,13 @@ func TestNodeSkewKeepsOneOrder(t *testing.T) {
 			got <- "X"
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	queued(t, servers[:2], "redlock:{skew}:q", 1) // X
 	go func() {
 		if _, err := wc.Lock(ctx, "skew"); err == nil {
 			got <- "W"
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	queued(t, servers[:2], "redlock:{skew}:q", 2) // and W
 	require.NoError(t, held.Release(ctx))
 	select {
 	case who := <-got:
@@ -83,5 +83,16 @@ func TestNodeSkewKeepsOneOrder(t *testing.T) {
 			conn.Close()
 		}
 		t.Fatal("stall: nobody acquired the free lock within 5 s, 2 of 3 nodes up")
+	}
+}
+
+// queued waits until the fair queue q holds n waiters on every server.
+func queued(t *testing.T, servers []*redistest.Server, q string, n int) {
+	t.Helper()
+	for _, s := range servers {
+		require.Eventually(t, func() bool {
+			c, err := redis.Int(s.Do("ZCARD", q))
+			return err == nil && c == n
+		}, 10*time.Second, time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
 
@@ -37,17 +38,29 @@ func TestFairLostWaiterDoesNotStall(t *testing.T) {
 		err error
 	}
 	got := make(chan res, 2)
+	queued := func(n int) {
+		q, _ := node.QueueKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "stall"))
+		for _, s := range servers {
+			require.Eventually(t, func() bool {
+				c, err := redis.Int(s.Do("ZCARD", q))
+				return err == nil && c == n
+			}, 10*time.Second, time.Millisecond)
+		}
+	}
 	go func() { l, err := wc.Lock(ctx, "stall"); got <- res{"W", time.Now(), err}; _ = l }()
-	time.Sleep(300 * time.Millisecond) // W queued on all three nodes
+	queued(1) // W queued on all three nodes
 	servers[2].Pause()
 	time.Sleep(3 * time.Second) // > fairLease (2.2 s): C drops W when it resumes; W's ticket is 3 s old
 	servers[2].Resume()
 	time.Sleep(500 * time.Millisecond)
 	go func() { l, err := xc.Lock(ctx, "stall"); got <- res{"X", time.Now(), err}; _ = l }()
-	time.Sleep(300 * time.Millisecond) // X queued on all three: head on C
-	servers[0].Kill()                  // a minority down: Redlock must stay live
+	queued(2) // X queued on all three (W again on C, with a new ticket)
+	servers[0].Kill() // a minority down: Redlock must stay live
 	start := time.Now()
-	require.NoError(t, held.Release(ctx))
+	// Not asserted: with node 0 down, the release reaches a majority only if
+	// the holder's key landed on C (its SET may have outlived the node
+	// timeout and been undone); either way the lock is free on B and C.
+	_ = held.Release(ctx)
 	select {
 	case r := <-got:
 		t.Logf("%s acquired after %v (err %v)", r.who, r.at.Sub(start), r.err)

@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,80 @@ func (c *Client) releasedHere(resource string) {
 	}
 	if q := c.queues[resource]; q != nil {
 		poke(q.poke)
+	}
+}
+
+// waiting is one Lock call's wait for its lock: its place in the nodes'
+// queues once refused (lc.waiter), its pace, and its wake-ups.
+type waiting struct {
+	c        *Client
+	resource string
+	lc       *lockConfig
+	p        pace
+	rw       *releaseWatch // nil until the call is a waiter
+	last     *QuorumError  // the last attempt's refusal
+}
+
+// queue makes the call a waiter, ticketed with the nodes' clock (0: unknown,
+// see place.settle), listening for its wake-ups on every node.
+func (w *waiting) queue(ctx context.Context, ticket int64) {
+	if w.lc.waiter == nil {
+		w.lc.waiter = w.c.newWaiter(*w.lc, true, ticket)
+	}
+	w.rw = w.c.watchReleases(ctx, w.c.lockKey(w.resource), w.lc.waiter)
+}
+
+// attempt makes one attempt. It returns the lock, or the error that ends the
+// call (bad input, a closed client, failed fencing: retrying cannot help), or
+// neither, again telling whether to try again at once.
+func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) {
+	c := w.c
+	l, err = c.try(ctx, w.resource, *w.lc)
+	if err == nil {
+		return l, false, nil
+	}
+	if !errors.As(err, &w.last) || w.last.Kind != ErrNotAcquired || ctx.Err() != nil {
+		return nil, false, err
+	}
+	w.p.failed(c, w.resource, w.last, w.lc.waiter)
+	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
+		// Held by another client: queued from now on (a release wakes the
+		// first waiter only), listening for it; try again at once (it may
+		// have been released while we subscribed).
+		w.queue(ctx, w.last.clock)
+		if !w.p.farBehind(w.lc.waiter) {
+			return nil, true, nil
+		}
+	}
+	// Not queued for its ticket: at once with one from the nodes' clocks.
+	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
+}
+
+// wait waits for a release notification, this client's release, or the
+// backoff after attempt; it returns the error that ends the call (ctx ended,
+// or the client closed).
+func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) error {
+	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(*w.lc, attempt))
+	if err != nil {
+		if w.last == nil {
+			return w.c.failed("acquire", w.resource, ErrNotAcquired, err)
+		}
+		w.last.Cause = err
+		return w.last
+	}
+	if woken == wokeRemote {
+		w.rw.gather(ctx, gatherMax)
+	}
+	if woken != wokeTimer {
+		w.c.log(ctx, slog.LevelDebug, "waiter woken by a release", w.c.lockKey(w.resource), "")
+	}
+	return nil
+}
+
+// stop ends the watch.
+func (w *waiting) stop() {
+	if w.rw != nil {
+		w.rw.stop()
 	}
 }
 

@@ -54,7 +54,7 @@ func TestFairLostWaiterDoesNotStall(t *testing.T) {
 	servers[2].Resume()
 	time.Sleep(500 * time.Millisecond)
 	go func() { l, err := xc.Lock(ctx, "stall"); got <- res{"X", time.Now(), err}; _ = l }()
-	queued(2) // X queued on all three (W again on C, with a new ticket)
+	queued(2)         // X queued on all three (W again on C, with a new ticket)
 	servers[0].Kill() // a minority down: Redlock must stay live
 	start := time.Now()
 	// Not asserted: with node 0 down, the release reaches a majority only if

@@ -28,9 +28,7 @@ func holdOn(t *testing.T, name string, servers ...*redistest.Server) {
 }
 
 // Every exit status of redlock run, against real redis-servers: one row per
-// row of the table in docs/cli.md and redlock --help. The quarantine row has
-// no test: redlock run has no restart-quarantine option, so no node of it is
-// ever quarantined (the library counts a quarantined node as failed: 69).
+// row of the table in docs/cli.md and redlock --help.
 func TestRunExitCodes(t *testing.T) {
 	t.Setenv(envNodes, "")
 	t.Setenv(envPassword, "")
@@ -66,6 +64,8 @@ func TestRunExitCodes(t *testing.T) {
 
 		{"unavailable: nodes unreachable", []string{"--nodes", down1 + "," + a.URL() + "," + down2, "job"}, nil, exitUnavailable,
 			"too few nodes reachable: 2 of 3 failed"},
+		{"unavailable: nodes quarantined (just started, --restart-quarantine 1m)", []string{"--nodes", all, "--restart-quarantine", "1m", "job"}, nil, exitUnavailable,
+			"quarantined"},
 		{"unavailable: wrong password", []string{"--nodes", "redis://:wrong-pw@" + auth.Addr(), "job"}, nil, exitUnavailable, "WRONGPASS"},
 		{"unavailable: no password (NOAUTH)", []string{"--nodes", auth.URL(), "job"}, nil, exitUnavailable, "NOAUTH"},
 		{"unavailable: node paused (timeout)", []string{"--nodes", paused.URL(), "--node-timeout", "200ms", "job"}, nil, exitUnavailable,

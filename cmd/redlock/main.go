@@ -43,7 +43,7 @@ Exit status of redlock run:
   1     the lock was lost while COMMAND ran, and COMMAND exited 0
   2     usage error: the command line does not parse
   69    not acquired: failed nodes (unreachable, refusing the password, timing
-        out) made a majority impossible; COMMAND did not run
+        out, quarantined) made a majority impossible; COMMAND did not run
   75    not acquired: the lock is held by another owner; COMMAND did not run
   78    bad configuration: node URLs, credentials or TLS files, option values
   126   COMMAND could not be started

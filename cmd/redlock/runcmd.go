@@ -101,6 +101,7 @@ type runOptions struct {
 	wait        time.Duration
 	grace       time.Duration
 	nodeTimeout time.Duration
+	quarantine  time.Duration // --restart-quarantine: node.WithRestartQuarantine; 0 off
 	conn        connFlags
 }
 
@@ -142,6 +143,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	durationVar(flags, &o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
 	durationVar(flags, &o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
 	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
+	durationVar(flags, &o.quarantine, "restart-quarantine", 0,
+		"a node up less than `D` (or that restarted within D) grants no lock, as node.WithRestartQuarantine(D): set D ≥ the longest TTL when nodes run without persistence (0: off)")
 	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
 	o.conn.register(flags)
 	help := fmt.Sprintf(runHelpText, flagHelp(flags), connEnvHelp)
@@ -157,7 +160,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		name      string
 		d         time.Duration
 		allowZero bool
-	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}} {
+	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}, {"restart-quarantine", o.quarantine, true}} {
 		if err := checkDuration(c.name, c.d, c.allowZero); err != nil {
 			return configError(stderr, "run", "%v", err)
 		}
@@ -171,8 +174,12 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 
 	r := &runner{o: o, name: name, ns: ns, answers: newAnswers(ns.names)}
+	nodeOpts := ns.nodeOptions()
+	if o.quarantine > 0 {
+		nodeOpts = append(nodeOpts, node.WithRestartQuarantine(o.quarantine))
+	}
 	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
-		redlock.WithKeyPrefix(o.prefix), redlock.WithNodeOptions(ns.nodeOptions()...),
+		redlock.WithKeyPrefix(o.prefix), redlock.WithNodeOptions(nodeOpts...),
 		redlock.WithHooks(redlock.Hooks{OnAttempt: r.answers.attempted, OnNodeReply: r.answers.replied,
 			OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
 	if err != nil { // it does not connect: only bad input fails it

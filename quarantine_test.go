@@ -3,11 +3,9 @@ package redlock_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
@@ -39,7 +37,7 @@ func TestQuarantineP5Timeline(t *testing.T) {
 				// second by which Redis rounds its uptime) before anyone
 				// connects: only the restart below quarantines n2.
 				for _, s := range servers {
-					waitUp(t, s, quarantine+time.Second)
+					s.WaitUptime(quarantine + time.Second)
 				}
 				ctx := ctxT(t, 30*time.Second)
 				const resource = "p5"
@@ -100,21 +98,5 @@ func TestQuarantineP5Timeline(t *testing.T) {
 				_ = held.Release(ctx) // A's lease has ended, and n2 forgot it: nothing to assert
 			})
 		}
-	}
-}
-
-// waitUp waits until s has been up at least d by its INFO server.
-func waitUp(t *testing.T, s *redistest.Server, d time.Duration) {
-	t.Helper()
-	for {
-		info, err := redis.String(s.Do("INFO", "server"))
-		require.NoError(t, err)
-		_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
-		var up int
-		_, _ = fmt.Sscan(rest, &up)
-		if time.Duration(up)*time.Second >= d {
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // the uptime is read off the server's clock: nothing to await
 	}
 }

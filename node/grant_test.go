@@ -677,7 +677,7 @@ func TestQuarantineRefusesEveryGrantScript(t *testing.T) {
 			// The node must have been up longer than the quarantine (plus
 			// the second by which Redis rounds its uptime) before the client
 			// first connects, or the first connection quarantines it.
-			waitUptime(t, srv, d+time.Second)
+			srv.WaitUptime(d + time.Second)
 			n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(d))
 			require.NoError(t, err)
 			defer n.Close()
@@ -699,21 +699,5 @@ func TestQuarantineRefusesEveryGrantScript(t *testing.T) {
 			require.ErrorIs(t, err, node.ErrQuarantined)
 			assert.Empty(t, srv.Keys("after*"), "a quarantined node must not receive the script")
 		})
-	}
-}
-
-// waitUptime waits until srv has been up at least d by its INFO server.
-func waitUptime(t *testing.T, srv *redistest.Server, d time.Duration) {
-	t.Helper()
-	for {
-		info, err := redis.String(srv.Do("INFO", "server"))
-		require.NoError(t, err)
-		_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
-		var up int
-		_, _ = fmt.Sscan(rest, &up)
-		if time.Duration(up)*time.Second >= d {
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // the uptime is read off the server's clock: nothing to await
 	}
 }

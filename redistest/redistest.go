@@ -9,9 +9,12 @@
 package redistest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -120,4 +123,23 @@ func (s *Server) Keys(pattern string) []string {
 		s.tb.Fatalf("redistest: KEYS: %v", err)
 	}
 	return keys
+}
+
+// WaitUptime waits until s has been up at least d by its INFO server (whole
+// seconds, as a restart quarantine reads it).
+func (s *Server) WaitUptime(d time.Duration) {
+	s.tb.Helper()
+	for {
+		info, err := redis.String(s.Do("INFO", "server"))
+		if err != nil {
+			s.tb.Fatalf("redistest: INFO server: %v", err)
+		}
+		_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
+		var up int
+		_, _ = fmt.Sscan(rest, &up)
+		if time.Duration(up)*time.Second >= d {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // the uptime is read off the server's clock: nothing to await
+	}
 }

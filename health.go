@@ -401,7 +401,7 @@ func (c *Client) probe(i int) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout)
+		ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout) // Close cancels it
 		err := p.Ping(ctx)
 		cancel()
 		if err == nil {

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,7 +35,7 @@ import (
 
 // Node is a node.Node over a go-redis client, with every operation of the
 // core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
-// queue, announced grants) and Watch and Ping. It is safe for concurrent use.
+// queue) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
 	node.Scripted
 	c       redis.UniversalClient
@@ -42,7 +43,11 @@ type Node struct {
 	timeout time.Duration
 	q       *Quarantine
 
-	sub *subscriber
+	sub *subscriber // every watch, but on a ClusterClient (subscriberFor)
+
+	subsMu sync.Mutex
+	subs   map[string]*subscriber // ClusterClient: one per master, by address
+	closed bool
 }
 
 var (
@@ -170,6 +175,13 @@ func (n *Node) Name() string { return n.name }
 // open.
 func (n *Node) Close() error {
 	n.sub.close()
+	n.subsMu.Lock()
+	n.closed = true
+	subs := n.subs
+	n.subsMu.Unlock()
+	for _, s := range subs {
+		s.close()
+	}
 	return nil
 }
 
@@ -198,6 +210,13 @@ type evaler struct{ n *Node }
 func (e evaler) Eval(ctx context.Context, c node.Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if c.Script.Grants() && e.n.q != nil {
+		// Scripted asked already; this also covers a caller of the
+		// exported Evaler, or one that cleared Scripted.Refusal.
+		if err := e.n.q.Refusal(); err != nil {
+			return nil, err
+		}
 	}
 	s := scripts[c.Script.Hash()]
 	if s == nil {

@@ -51,8 +51,45 @@ func newSubscriber(c redis.UniversalClient, timeout time.Duration) *subscriber {
 // release may have been missed meanwhile). Watch returns once the server
 // confirmed the subscription, or with ctx's error when ctx ended first (the
 // watch stays registered: call stop).
+//
+// On a ClusterClient the watch goes to the master of key's slot, on a PubSub
+// of that master's: a release's PUBLISH there counts the listeners connected
+// to that master only, and the wake queue takes a waiter nobody listens for
+// as gone (a release would then wake every waiter, and drop them).
 func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return n.sub.watch(ctx, key)
+	s, err := n.subscriberFor(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.watch(ctx, key)
+}
+
+// subscriberFor returns the subscriber that watches key: the node's, or on a
+// ClusterClient the one of the master of key's slot.
+func (n *Node) subscriberFor(ctx context.Context, key string) (*subscriber, error) {
+	cc, ok := n.c.(*redis.ClusterClient)
+	if !ok {
+		return n.sub, nil
+	}
+	m, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	addr := m.Options().Addr
+	n.subsMu.Lock()
+	defer n.subsMu.Unlock()
+	if n.closed {
+		return nil, errors.New("goredis: node closed")
+	}
+	s := n.subs[addr]
+	if s == nil {
+		if n.subs == nil {
+			n.subs = map[string]*subscriber{}
+		}
+		s = newSubscriber(m, n.timeout)
+		n.subs[addr] = s
+	}
+	return s, nil
 }
 
 func (s *subscriber) watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
@@ -67,8 +104,9 @@ func (s *subscriber) watch(ctx context.Context, key string) (<-chan struct{}, fu
 		kw = &keyWatch{watchers: map[*watcher]struct{}{}, confirmed: make(chan struct{})}
 		s.keys[key] = kw
 		if s.ps == nil {
-			// The first key picks the connection's server (its slot's master in a
-			// Cluster; any server receives every PUBLISH).
+			// The first key picks the connection's server (on a
+			// ClusterClient, every key of this subscriber is on one master:
+			// Node.subscriberFor).
 			s.ps = s.c.Subscribe(ctx, key)
 			go s.run(s.ps.ChannelWithSubscriptions())
 		} else {

@@ -510,6 +510,13 @@ func (e redisEvaler) Eval(ctx context.Context, c Call) (any, error) {
 // a connection dialed for this very call, which may be the one that detects
 // the restart, refuses it too (quarantinedConn).
 func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
+	if s.grants && r.quarantine != nil {
+		// Scripted asked already; this also covers a caller of the
+		// exported Evaler, or one that cleared Scripted.Refusal.
+		if err := r.quarantine.Refusal(); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	args := make([]any, 0, 2+len(keysAndArgs))

@@ -368,6 +368,32 @@ func calls(n node.Node, k keys, tok string) map[string]func(context.Context) err
 			return err
 		},
 		"RaiseFence": func(c context.Context) error { return n.RaiseFence(c, k.fence, 1) },
+		"AcquireQueued": func(c context.Context) error {
+			_, err := n.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, waiter("calls/1", time.Now().UnixMicro(), 0))
+			return err
+		},
+		"ReleaseQueued": func(c context.Context) error {
+			_, err := n.ReleaseQueued(c, k.lock, tok, "calls/1", time.Millisecond)
+			return err
+		},
+		"LeaveWakeQueue": func(c context.Context) error { return n.LeaveWakeQueue(c, k.lock, "calls/1", time.Millisecond) },
+		"AcquireFair": func(c context.Context) error {
+			_, err := n.AcquireFair(c, k.lock, k.fence, tok, time.Minute, waiter("calls/2", time.Now().UnixMicro(), 0))
+			return err
+		},
+		"ReleaseFair": func(c context.Context) error {
+			_, err := n.ReleaseFair(c, k.lock, tok, "calls/2")
+			return err
+		},
+		"LeaveQueue": func(c context.Context) error { return n.LeaveQueue(c, k.lock, "calls/2") },
+		"Watch": func(c context.Context) error {
+			_, stop, err := n.Watch(c, k.lock+":calls")
+			if stop != nil {
+				stop()
+			}
+			return err
+		},
+		"Ping": func(c context.Context) error { return n.Ping(c) },
 	}
 }
 
@@ -555,7 +581,8 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	c := ctx(t)
 	now := time.Now().UnixMicro()
 	head, next := waiter("head/1", now, 10), waiter("next/1", now, 20)
-	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, next); err != nil || !a.OK {
+	nextTok := token()
+	if a, err := n.AcquireFair(c, k.lock, k.fence, nextTok, time.Minute, next); err != nil || !a.OK {
 		t.Fatalf("AcquireFair alone in the queue: %+v, %v", a, err)
 	}
 	// next holds the lock and the head of the queue; head queues behind it
@@ -563,9 +590,23 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Queue != node.Queued {
 		t.Fatalf("AcquireFair while held: %+v, %v; want refused and queued", a, err)
 	}
-	if err := n.LeaveQueue(c, k.lock, head.ID); err != nil {
+	// next releases: head is woken, and is the only one granted; a newcomer
+	// queued behind it is refused while the lock is free.
+	ok, err := n.ReleaseFair(c, k.lock, nextTok, next.ID)
+	must(t, "ReleaseFair", ok, err, true)
+	late := waiter("late/1", now, 30)
+	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, late); err != nil || a.OK || a.Queue != node.Queued {
+		t.Fatalf("AcquireFair behind the head, the lock free: %+v, %v; want refused and queued", a, err)
+	}
+	headTok := token()
+	if a, err := n.AcquireFair(c, k.lock, k.fence, headTok, time.Minute, head); err != nil || !a.OK {
+		t.Fatalf("AcquireFair of the head, the lock free: %+v, %v", a, err)
+	}
+	if err := n.LeaveQueue(c, k.lock, late.ID); err != nil {
 		t.Fatalf("LeaveQueue: %v", err)
 	}
+	ok, err = n.ReleaseFair(c, k.lock, headTok, head.ID)
+	must(t, "ReleaseFair of the head's lock", ok, err, true)
 }
 
 func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {

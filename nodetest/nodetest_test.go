@@ -1,29 +1,50 @@
 package nodetest_test
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/nodetest"
 	"github.com/redlock-go/redlock/redistest"
 )
 
-// TestRedis: the core's node passes the suite against a real redis-server,
-// with the restart quarantine on as well.
+// TestRedis: the core's node passes the suite against a real redis-server:
+// dialed (one pipelined connection, four, and with the restart quarantine on:
+// the server has been up longer than it), and over a pool (FromPool).
 func TestRedis(t *testing.T) {
 	s := redistest.Start(t)
-	for name, opts := range map[string][]node.Option{
-		"default":    nil,
-		"pipelined4": {node.WithConnections(4)},
+	s.WaitUptime(2 * time.Second) // up longer than the quarantine below (and Redis' rounding)
+	dial := func(opts ...node.Option) func(t *testing.T) node.Node {
+		return func(t *testing.T) node.Node {
+			n, err := node.Dial(s.URL(), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	for name, newNode := range map[string]func(t *testing.T) node.Node{
+		"default":    dial(),
+		"pipelined4": dial(node.WithConnections(4)),
+		"quarantine": dial(node.WithRestartQuarantine(time.Second)),
+		"pool": func(t *testing.T) node.Node {
+			pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+				return redis.DialContext(ctx, "tcp", s.Addr())
+			}}
+			t.Cleanup(func() { pool.Close() })
+			n, err := node.FromPool(pool, s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			nodetest.Run(t, func(t *testing.T) node.Node {
-				n, err := node.Dial(s.URL(), opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}, nodetest.WithPause(func(t *testing.T) func() {
+			nodetest.Run(t, newNode, nodetest.WithPause(func(t *testing.T) func() {
 				s.Pause()
 				return s.Resume
 			}))

@@ -41,7 +41,7 @@ import (
 
 // Node is a node.Node over a rueidis client, with every operation of the
 // core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
-// queue, announced grants) and Watch and Ping. It is safe for concurrent use.
+// queue) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
 	node.Scripted
 	c       rd.Client
@@ -186,6 +186,13 @@ type evaler struct{ n *Node }
 func (e evaler) Eval(ctx context.Context, c node.Call) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if c.Script.Grants() && e.n.q != nil {
+		// Scripted asked already; this also covers a caller of the
+		// exported Evaler, or one that cleared Scripted.Refusal.
+		if err := e.n.q.Refusal(); err != nil {
+			return nil, err
+		}
 	}
 	s := scripts[c.Script.Hash()]
 	if s == nil {

@@ -45,6 +45,7 @@ type Client struct {
 
 	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
+	nodeClock   nodeClock        // the nodes' clock, as last heard: new waiters' tickets
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
 }
 
@@ -287,7 +288,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	}
 	defer done()
 	if c.cfg.fair {
-		lc.waiter = c.newWaiter(lc, false, 0)
+		lc.waiter = c.newWaiter(lc, false, c.nodeClock.ticket(time.Now()))
 	}
 	l, err := c.lockWait(ctx, resource, &lc)
 	if lc.waiter != nil {
@@ -313,7 +314,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// between Lock calls, so this costs nothing when the client
 		// contends again and again). When this client holds the lock, its
 		// own release wakes the call: no queue on the nodes.
-		w.queue(ctx, 0)
+		w.queue(ctx, c.nodeClock.ticket(time.Now()))
 	}
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
@@ -474,6 +475,7 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 	}
 	qe := call.fail(ctx, l.resource, ErrNotAcquired, o, undecided)
 	qe.clock, _ = medianClock(call.Replies())
+	c.nodeClock.learn(qe.clock, time.Now())
 	if o.Success {
 		qe.Validity = validity
 	}

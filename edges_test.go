@@ -79,9 +79,11 @@ func TestCloseWithPausedNode(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	l, err := c.TryLock(ctx, "close-paused") // connects to every node
 	require.NoError(t, err)
+	// TryLock and Release return at their majority: wait for the third SET,
+	// then for the third delete, or a node still holding the first lock (or
+	// taking it late) splits the second attempt.
+	heldEverywhere(t, servers, "redlock:{close-paused}")
 	require.NoError(t, l.Release(ctx))
-	// Release returns at its majority: wait for the third delete, or a node
-	// still holding the first lock splits the second attempt.
 	for _, s := range servers {
 		require.Eventually(t, func() bool { return len(s.Keys("redlock:*")) == 0 }, 10*time.Second, time.Millisecond)
 	}

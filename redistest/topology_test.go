@@ -35,6 +35,11 @@ func TestSentinel(t *testing.T) {
 	if _, err := set.Servers[0].Do("SET", "k", "v"); err != nil {
 		t.Fatal(err)
 	}
+	// Replication is asynchronous: wait until the replica has the key, or a
+	// failover right after may promote a replica without it.
+	if n, err := redis.Int(set.Servers[0].Do("WAIT", 1, 5000)); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d %v", n, err)
+	}
 	p := set.Failover()
 	if p.Addr() == old {
 		t.Fatal("the primary did not change")

@@ -23,7 +23,8 @@
 // Files of this package, by concept (docs/architecture.md draws the grant
 // path): redlock.go (Client, Lock and TryLock, one attempt: try), lock.go (a
 // held Lock: Extend, Release), round.go (one operation on N nodes), fair.go
-// (a waiter's place and ticket in the nodes' queues), wait.go (waiting for a
+// (a waiter's place in the nodes' queues), ticket.go (its ticket, from the
+// nodes' clocks), wait.go (waiting for a
 // release: this client's queue, release notifications), contend.go (pacing
 // between attempts, split votes), health.go (one health
 // record per node, breaker), hold.go (Do: renewal and the hold's context),

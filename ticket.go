@@ -1,0 +1,124 @@
+package redlock
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
+)
+
+// A waiter's ticket orders it in every node's queue (docs/safety.md,
+// "Bounded tickets"): a time on the nodes' clocks, never this client's.
+
+// settle reads the replies of a failed attempt of waiter w: how many waiters
+// a majority of the nodes had queued first (ahead), and the nodes' clocks.
+//
+// A ticket is a time on the nodes' clocks, never this client's: a waiter
+// starts without one (0), or with the median of the clocks the nodes
+// answered with when they refused the attempt that made it a waiter
+// (QuorumError.clock), or what the client knows of their clock (nodeClock).
+// The first attempt without a ticket is not queued and learns
+// the clocks; the waiter then takes their median and tries again at once.
+// A node queues a waiter, or moves a queued one, only to a ticket within
+// node.TicketBound of its own clock (node.TicketRefused otherwise): when a
+// node whose clock agrees with the others (within the bound of the median)
+// refused w's ticket (it had dropped w, and the ticket has aged), w takes a
+// new ticket, sent alike to every node (w loses its place, but every node
+// orders it the same), and tries again at once. A node whose clock is
+// further off cannot queue anyone: its refusals are ignored. Only when no
+// node can tell its clock (a user without TIME) does the ticket come from
+// now, this client's clock.
+func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, now func() time.Time) {
+	w.ahead = queuedAhead(replies, need)
+	m, ok := medianClock(replies)
+	renew := w.Ticket == 0
+	if ok {
+		for _, r := range replies {
+			if r.Done && r.Err == nil && r.Value.Queue == node.TicketRefused && abs(r.Value.Clock-m) <= node.TicketBound.Microseconds() {
+				renew = true
+			}
+		}
+	} else {
+		m = now().UnixMicro()
+	}
+	if renew {
+		w.Ticket = m
+	}
+	w.requeue = renew && !w.requeued
+	w.requeued = false
+}
+
+// nodeClock is what a client knows of its nodes' clock: the median of the
+// clocks the replies of its last refused attempt carried, against this
+// process' monotonic clock when they arrived. A waiter's ticket can so be a
+// time on the nodes' clocks without asking them first; only when the client
+// has not heard from them lately does it ask (ticket 0, place.settle).
+type nodeClock struct {
+	mu     sync.Mutex
+	offset int64     // the nodes' clock (µs) minus monotonic µs since monoBase
+	at     time.Time // when it was learnt (zero: never)
+}
+
+// monoBase is the origin of the monotonic readings nodeClock keeps.
+var monoBase = time.Now()
+
+// nodeClockFresh is how long what a client learnt of its nodes' clock serves
+// for tickets: at the 1 % drift allowance, 100 ms of error at most, well
+// within node.TicketBound.
+const nodeClockFresh = 10 * time.Second
+
+// learn records the nodes' clock (µs; 0: unknown) as read at now.
+func (k *nodeClock) learn(clock int64, now time.Time) {
+	if clock <= 0 {
+		return
+	}
+	k.mu.Lock()
+	k.offset, k.at = clock-now.Sub(monoBase).Microseconds(), now
+	k.mu.Unlock()
+}
+
+// ticket returns the nodes' clock at now, or 0 when the client has not heard
+// it for nodeClockFresh.
+func (k *nodeClock) ticket(now time.Time) int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.at.IsZero() || now.Sub(k.at) > nodeClockFresh {
+		return 0
+	}
+	return now.Sub(monoBase).Microseconds() + k.offset
+}
+
+// medianClock returns the median of the clocks the nodes answered with, and
+// whether any did.
+func medianClock(replies []quorum.Reply[node.Acquired]) (int64, bool) {
+	var clocks []int64
+	for _, r := range replies {
+		if r.Done && r.Err == nil && r.Value.Clock > 0 {
+			clocks = append(clocks, r.Value.Clock)
+		}
+	}
+	if len(clocks) == 0 {
+		return 0, false
+	}
+	slices.Sort(clocks)
+	return clocks[len(clocks)/2], true
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// takeRequeue reports whether the next attempt goes at once (settle), and
+// marks it as the one retry in a row.
+func (w *place) takeRequeue() bool {
+	if !w.requeue {
+		return false
+	}
+	w.requeue, w.requeued = false, true
+	return true
+}

@@ -24,10 +24,10 @@
 // path): redlock.go (Client, Lock and TryLock, one attempt: try), lock.go (a
 // held Lock: Extend, Release), round.go (one operation on N nodes), fair.go
 // (a waiter's place in the nodes' queues), ticket.go (its ticket, from the
-// nodes' clocks), wait.go (waiting for a
-// release: this client's queue, release notifications), contend.go (pacing
-// between attempts, split votes), health.go (one health
-// record per node, breaker), hold.go (Do: renewal and the hold's context),
-// multi.go (several resources), fence.go (fencing tokens), keys.go, options.go,
-// hooks.go, errors.go.
+// nodes' clocks), wait.go (waiting for a release: this client's queue, a
+// Lock call's wait, release notifications), contend.go (pacing between
+// attempts, split votes), health.go (one health record per node, breaker),
+// hold.go (Do: renewal and the hold's context), multi.go (several
+// resources), fence.go (fencing tokens), keys.go, options.go, hooks.go,
+// errors.go.
 package redlock

@@ -46,9 +46,16 @@ type pace struct {
 	soon  bool // queued: the last attempt was granted by some nodes only
 	soons int  // queued: attempts in a row granted by some nodes only
 	// behind: queued, the last attempt was refused by a majority with
-	// other waiters queued first (place.ahead)
+	// other waiters queued first (ahead: how many, place.ahead)
 	behind bool
+	ahead  int
 }
+
+// pollPerAhead is how long a waiter expects each waiter queued before it to
+// take: one far behind polls (for a lost wake-up, and to renew its place)
+// about as often as its turn may come, not every backoff; hundreds of waiters
+// polling every 125–250 ms kept the nodes too busy to hand the lock over.
+const pollPerAhead = 5 * time.Millisecond
 
 // gatherMax bounds how long a woken waiter waits for a majority of the nodes
 // to notify the release (releaseWatch.gather).
@@ -72,8 +79,13 @@ func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
 	if p.behind {
 		// Other waiters go first, and each is woken in turn by a release:
 		// this one will be too. The backoff only covers a lost wake-up
-		// and renews the place (fairLease outlasts it).
-		return lc.retryMax/2 + mrand.N(lc.retryMax/2+1)
+		// and renews the place, so it must end within fairLease: the
+		// further behind, the longer, up to half the lease.
+		d := lc.retryMax / 2
+		if far := time.Duration(p.ahead) * pollPerAhead; far > d {
+			d = min(far, fairLease(lc)/4)
+		}
+		return d + mrand.N(d+1)
 	}
 	return backoff(lc.retryMin, lc.retryMax, attempt)
 }
@@ -94,6 +106,9 @@ func (p *pace) failed(c *Client, resource string, qe *QuorumError, w *place) {
 	}
 	p.soon = p.soons > 0 && p.soons <= fairSoonMax
 	p.behind = w != nil && !p.soon && w.ahead > 0
+	if p.behind {
+		p.ahead = w.ahead
+	}
 	if qe.Refused > 0 {
 		c.sawContention(resource)
 	}

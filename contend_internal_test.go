@@ -41,6 +41,14 @@ func TestFairPace(t *testing.T) {
 		require.GreaterOrEqual(t, b, lc.retryMax/2, "behind others: no polling")
 		require.LessOrEqual(t, b, lc.retryMax)
 	}
+	// Far behind, it polls about when its turn may come, never past half
+	// the lease its polls renew.
+	p.failed(nil, "r", &QuorumError{}, &place{ahead: 255})
+	for range 100 {
+		b := p.backoff(lc, 0)
+		require.GreaterOrEqual(t, b, fairLease(lc)/4)
+		require.LessOrEqual(t, b, fairLease(lc)/2)
+	}
 	require.True(t, p.farBehind(&place{ahead: 2}))
 	require.False(t, p.farBehind(&place{ahead: 1}))
 }

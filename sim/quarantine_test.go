@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -217,6 +218,15 @@ func TestSimRestartQuarantineReplay(t *testing.T) {
 		}
 		if x, y := sim.Generate(seed, quarantineProfile).String(), sim.Generate(seed, quarantineProfile).String(); x != y {
 			t.Errorf("seed %d: two schedules of one seed differ:\n%s\n%s", seed, x, y)
+		}
+		// The unguarded schedules are the guarded ones without the guards.
+		g, u := sim.Generate(seed, quarantineProfile), sim.Generate(seed, unguardedProfile)
+		if g.Quarantine == 0 || u.Quarantine != 0 || u.Break != sim.BreakRestart || g.Break != sim.BreakNone {
+			t.Errorf("seed %d: guarded quarantine %v break %q, unguarded quarantine %v break %q", seed, g.Quarantine, g.Break, u.Quarantine, u.Break)
+		}
+		g.Quarantine, g.Break, g.Profile = 0, u.Break, u.Profile
+		if !reflect.DeepEqual(g, u) {
+			t.Errorf("seed %d: the unguarded schedule is not the guarded one without guards:\n%s\n%s", seed, g.String(), u.String())
 		}
 	}
 }

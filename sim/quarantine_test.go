@@ -149,6 +149,26 @@ func TestSimRestartQuarantineSensitivity(t *testing.T) {
 	}
 }
 
+// TestSimRestartQuarantineQueues: the guarded schedules reach the nodes' queues:
+// the wake queue's acquisitions (default-mode waiters, queued once refused)
+// and fair mode's, besides plain acquisitions, in the first 60 seeds' message
+// logs.
+func TestSimRestartQuarantineQueues(t *testing.T) {
+	counts := map[string]int{}
+	for seed := uint64(1); seed <= 60; seed++ {
+		tl := runOne(t, sim.Generate(seed, quarantineProfile), true).History.Timeline()
+		for _, name := range []string{"acquire", "wakeacquire", "fairacquire", "wakerelease", "fairrelease"} {
+			counts[name] += strings.Count(tl, " "+name+" redlock:{r}")
+		}
+	}
+	t.Logf("scripts run on r's keys in 60 schedules: %v", counts)
+	for name, c := range counts {
+		if c == 0 {
+			t.Errorf("no %s on r's keys in 60 guarded schedules", name)
+		}
+	}
+}
+
 // pathCounts renders the grants by path: "grants_trylock=… grants_lock=…".
 func (b *batch) pathCounts() string {
 	var parts []string

@@ -90,6 +90,16 @@ type WorldConfig struct {
 	Quarantine time.Duration
 }
 
+// libraryScripts names the library's scripts by their digests, so that an
+// EVALSHA is named even before the EVAL that would teach the name.
+func libraryScripts() map[string]string {
+	m := map[string]string{}
+	for _, s := range node.Scripts() {
+		m[s.Hash()] = s.Name()
+	}
+	return m
+}
+
 // NewWorld builds a world. Call it inside a synctest bubble.
 func NewWorld(cfg WorldConfig) *World {
 	w := &World{
@@ -97,7 +107,7 @@ func NewWorld(cfg WorldConfig) *World {
 		breaker: cfg.Breaker, quarantine: cfg.Quarantine,
 		start:   time.Now(),
 		done:    make(chan struct{}),
-		scripts: scriptNames{names: map[string]string{}},
+		scripts: scriptNames{names: libraryScripts()},
 		aliases: map[string]string{}, issued: map[int]int{},
 	}
 	w.hist = &History{start: w.start, netLog: cfg.NetLog}

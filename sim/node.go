@@ -381,8 +381,9 @@ type scriptNames struct {
 	names map[string]string
 }
 
-// scriptName names the library's Lua scripts by their leading comment
-// ("-- Acquire: ..."), learned from the EVAL that follows a NOSCRIPT.
+// scriptName names the library's Lua scripts: by node.Scripts' names (the
+// world knows them from the start), or by a script's leading comment ("--
+// Acquire: ..."), learned from the EVAL that follows a NOSCRIPT.
 func scriptName(cmd, arg string, s *scriptNames) string {
 	if cmd == "EVAL" {
 		name := "script"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 )
 
 // Holder is a client that uses the lock the documented way (TryLock, Fence,
@@ -39,20 +40,166 @@ func (w *World) NewHolder(c int, opts ...redlock.Option) (*Holder, error) {
 func (h *Holder) TryLock(eager bool) (*Grant, error) {
 	w := h.w
 	h.attempt++
-	var opts []redlock.LockOption
-	if eager {
-		opts = append(opts, redlock.WithFence())
-	}
 	started := w.since()
 	w.record(h.Name, fmt.Sprintf("TryLock (attempt %d, eager fence %v)", h.attempt, eager))
-	l, err := h.Client.TryLock(context.Background(), Resource, opts...)
+	l, err := h.Client.TryLock(context.Background(), Resource, lockOptions(eager)...)
 	if err != nil {
-		w.record(h.Name, "TryLock failed: "+errStr(err))
+		h.failed("TryLock", err)
 		return nil, err
 	}
+	return h.granted(l, started, eager, PathTryLock)
+}
+
+// Grant paths (Grant.Path).
+const (
+	PathTryLock   = "TryLock"
+	PathLock      = "Lock"
+	PathLockMulti = "LockMulti"
+	PathDoMulti   = "DoMulti"
+)
+
+func lockOptions(eager bool) []redlock.LockOption {
+	if eager {
+		return []redlock.LockOption{redlock.WithFence()}
+	}
+	return nil
+}
+
+// Lock waits for the lock (Client.Lock: retried by the library, queued on
+// the nodes once refused, woken by releases; in fair mode queued from the
+// first attempt) for at most wait.
+func (h *Holder) Lock(eager bool, wait time.Duration) (*Grant, error) {
+	w := h.w
+	h.attempt++
+	started := w.since()
+	w.record(h.Name, fmt.Sprintf("Lock (call %d, eager fence %v, waits up to %v)", h.attempt, eager, wait.Round(time.Microsecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l, err := h.Client.Lock(ctx, Resource, lockOptions(eager)...)
+	if err != nil {
+		h.failed("Lock", err)
+		return nil, err
+	}
+	return h.granted(l, started, eager, PathLock)
+}
+
+// LockMulti waits for Resource and others together (Client.LockMulti) for at
+// most wait. The grant is Resource's lock; Extend and Release act on them all.
+func (h *Holder) LockMulti(eager bool, wait time.Duration, others []string) (*Grant, error) {
+	w := h.w
+	h.attempt++
+	res := append([]string{Resource}, others...)
+	started := w.since()
+	w.record(h.Name, fmt.Sprintf("LockMulti %v (call %d, eager fence %v, waits up to %v)", res, h.attempt, eager, wait.Round(time.Microsecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	m, err := h.Client.LockMulti(ctx, res, lockOptions(eager)...)
+	if err != nil {
+		h.failed("LockMulti", err)
+		return nil, err
+	}
+	for _, l := range m.Locks() {
+		if l.Resource() == Resource {
+			g, err := h.granted(l, started, eager, PathLockMulti)
+			if g != nil {
+				g.multi = m
+			}
+			return g, err
+		}
+	}
+	_ = m.Release(context.Background())
+	return nil, fmt.Errorf("LockMulti %v returned no lock on %q", res, Resource)
+}
+
+// DoMulti runs a DoMulti on Resource and others whose fn holds them for
+// work (or until its context ends), renewed by the library, within wait +
+// work overall. Its grant is the window in which fn's context was live: from
+// the start of fn to the earlier of fn's return and the end of its context.
+// fn makes no protected write (Do does not expose the lock's fencing token):
+// the grant counts for mutual exclusion only.
+func (h *Holder) DoMulti(wait, work time.Duration, others []string) error {
+	w := h.w
+	h.attempt++
+	res := append([]string{Resource}, others...)
+	started := w.since()
+	w.record(h.Name, fmt.Sprintf("DoMulti %v (call %d, works %v, waits up to %v)", res, h.attempt, work.Round(time.Microsecond), wait.Round(time.Microsecond)))
+	ctx, cancel := context.WithTimeout(context.Background(), wait+work)
+	defer cancel()
+	ran := false
+	err := h.Client.DoMulti(ctx, res, func(fctx context.Context) error {
+		ran = true
+		from := w.since()
+		token := w.heldToken()
+		h.grants++
+		g := &Grant{
+			ID: fmt.Sprintf("%s%d", h.Name, h.grants), Client: h.c, Path: PathDoMulti,
+			Started: started, Acquired: from, Until: from + w.TTL, Released: -1, FencedAt: -1, token: token,
+		}
+		w.hist.addGrant(g)
+		w.record(h.Name, fmt.Sprintf("GRANT %s (lock token %s) by DoMulti: fn runs while its context lives", g.ID, w.TokenAlias(token)))
+		if w.onGrant != nil && !h.silent && token != "" {
+			w.onGrant(grantEvent{id: g.ID, token: token, acquired: from, until: from + w.TTL})
+		}
+		t := time.NewTimer(work)
+		defer t.Stop()
+		var ferr error
+		select {
+		case <-t.C:
+		case <-fctx.Done():
+			ferr = fctx.Err()
+		}
+		end := w.since()
+		w.hist.mu.Lock()
+		g.Until, g.Released = end, end
+		w.hist.mu.Unlock()
+		if ferr != nil {
+			w.record(h.Name, fmt.Sprintf("%s: fn's context ended (%v): stops relying on the lock", g.ID, context.Cause(fctx)))
+		} else {
+			w.record(h.Name, fmt.Sprintf("%s: fn returns", g.ID))
+		}
+		return ferr
+	})
+	switch {
+	case !ran:
+		h.failed("DoMulti", err)
+	default:
+		w.record(h.Name, "DoMulti returned: "+errStr(err))
+	}
+	return err
+}
+
+// heldToken returns the value most nodes hold under LockKey ("" if none).
+func (w *World) heldToken() string {
+	count := map[string]int{}
+	best := ""
+	for _, n := range w.nodes {
+		if v, ok := n.Get(LockKey); ok {
+			count[v]++
+			if count[v] > count[best] || count[v] == count[best] && v < best {
+				best = v
+			}
+		}
+	}
+	return best
+}
+
+// failed records a failed acquisition, noting when a restart guard refused a
+// node (errors.Is node.ErrQuarantined).
+func (h *Holder) failed(call string, err error) {
+	text := call + " failed: " + errStr(err)
+	if errors.Is(err, node.ErrQuarantined) {
+		h.w.quarantined.Add(1)
+		text += " (a restart guard refused a quarantined node)"
+	}
+	h.w.record(h.Name, text)
+}
+
+// granted records a grant of l.
+func (h *Holder) granted(l *redlock.Lock, started time.Duration, eager bool, path string) (*Grant, error) {
+	w := h.w
 	h.grants++
 	g := &Grant{
-		ID: fmt.Sprintf("%s%d", h.Name, h.grants), Client: h.c,
+		ID: fmt.Sprintf("%s%d", h.Name, h.grants), Client: h.c, Path: path,
 		Started: started, Acquired: w.since(), Until: l.Until().Sub(w.start),
 		Released: -1, FencedAt: -1, token: l.Token(), lock: l,
 	}
@@ -64,8 +211,12 @@ func (h *Holder) TryLock(eager bool) (*Grant, error) {
 		g.Fence, g.FencedAt = tok, g.Acquired
 	}
 	w.hist.addGrant(g)
-	w.record(h.Name, fmt.Sprintf("GRANT %s (lock token %s): acquired, valid until %s, fencing token %s",
-		g.ID, w.TokenAlias(g.token), fmtDur(g.Until), fenceStr(g.Fence)))
+	by := ""
+	if path != PathTryLock {
+		by = " by " + path
+	}
+	w.record(h.Name, fmt.Sprintf("GRANT %s (lock token %s)%s: acquired, valid until %s, fencing token %s",
+		g.ID, w.TokenAlias(g.token), by, fmtDur(g.Until), fenceStr(g.Fence)))
 	if w.onGrant != nil && !h.silent {
 		w.onGrant(grantEvent{id: g.ID, token: g.token, acquired: g.Acquired, until: g.Until})
 	}
@@ -87,9 +238,14 @@ func (h *Holder) Fence(g *Grant) error {
 	return nil
 }
 
-// Extend renews the grant's lease.
+// Extend renews the grant's lease (every lock of a LockMulti grant).
 func (h *Holder) Extend(g *Grant) error {
-	err := g.lock.Extend(context.Background())
+	var err error
+	if g.multi != nil {
+		err = g.multi.Extend(context.Background())
+	} else {
+		err = g.lock.Extend(context.Background())
+	}
 	h.w.setUntil(g)
 	if err != nil {
 		h.w.record(h.Name, fmt.Sprintf("%s extend failed: %v (valid until %s)", g.ID, errStr(err), fmtDur(g.Until)))
@@ -139,7 +295,12 @@ func (h *Holder) Write(g *Grant, checked time.Duration) *Write {
 func (h *Holder) Release(g *Grant) error {
 	h.w.setUntil(g)
 	g.Released = h.w.since()
-	err := g.lock.Release(context.Background())
+	var err error
+	if g.multi != nil {
+		err = g.multi.Release(context.Background())
+	} else {
+		err = g.lock.Release(context.Background())
+	}
 	h.w.record(h.Name, fmt.Sprintf("%s released: %v", g.ID, errStr(err)))
 	return err
 }
@@ -153,6 +314,9 @@ func (h *Holder) WalkAway(g *Grant) {
 // setUntil records the grant's current Until (the lock's Until is zeroed by
 // Release, so it is read before).
 func (w *World) setUntil(g *Grant) {
+	if g.lock == nil {
+		return
+	}
 	u := g.lock.Until()
 	if u.IsZero() {
 		return

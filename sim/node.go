@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+
+	rnode "github.com/redlock-go/redlock/node"
 )
 
 // Node is one simulated Redis instance: a miniredis server inside the bubble,
@@ -28,6 +30,13 @@ type Node struct {
 	down     bool
 	conns    map[*conn]struct{}
 	commands int // commands executed
+	restarts int // restarts, and how many of them empty
+	wipes    int
+	lastUp   time.Time // the last restart
+	// guards are the restart guards of the clients' nodes for this node
+	// (WorldConfig.Quarantine): told of every restart before it accepts a
+	// connection.
+	guards []*rnode.RestartGuard
 }
 
 // nodeClock is a node's wall clock as a function of the bubble's time: a rate
@@ -158,6 +167,19 @@ func (n *Node) Restart(empty bool) {
 		n.scriptFlush()
 	}
 	n.mu.Lock()
+	// The guards learn of the restart before the node takes a connection:
+	// every grant script sent from now on is refused by the client until
+	// the quarantine ends. Any restart counts, with data or not: a client
+	// cannot tell (a restart guard that reads INFO quarantines both too).
+	guards := n.guards
+	n.lastUp = time.Now()
+	for _, g := range guards {
+		g.Restarted(n.lastUp)
+	}
+	n.restarts++
+	if empty {
+		n.wipes++
+	}
 	n.down = false
 	n.mu.Unlock()
 	if empty {
@@ -165,6 +187,21 @@ func (n *Node) Restart(empty bool) {
 	} else {
 		n.w.record(n.name, "restarts with its data (AOF)")
 	}
+	if len(guards) > 0 {
+		n.w.record(n.name, fmt.Sprintf("the clients' restart guards quarantine it until %s", fmtDur(n.w.since()+n.w.quarantine)))
+	}
+}
+
+// addGuard registers a client's guard. A client that first meets the node
+// after a restart quarantines it from that restart (what a guard reading
+// INFO's uptime does).
+func (n *Node) addGuard(g *rnode.RestartGuard) {
+	n.mu.Lock()
+	n.guards = append(n.guards, g)
+	if !n.lastUp.IsZero() {
+		g.Restarted(n.lastUp)
+	}
+	n.mu.Unlock()
 }
 
 // scriptFlush empties the server's script cache, as a restart does.
@@ -344,8 +381,9 @@ type scriptNames struct {
 	names map[string]string
 }
 
-// scriptName names the library's Lua scripts by their leading comment
-// ("-- Acquire: ..."), learned from the EVAL that follows a NOSCRIPT.
+// scriptName names the library's Lua scripts: by node.Scripts' names (the
+// world knows them from the start), or by a script's leading comment ("--
+// Acquire: ..."), learned from the EVAL that follows a NOSCRIPT.
 func scriptName(cmd, arg string, s *scriptNames) string {
 	if cmd == "EVAL" {
 		name := "script"

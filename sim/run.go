@@ -28,6 +28,10 @@ type Result struct {
 	// run lasted in virtual time.
 	Commands int
 	Virtual  time.Duration
+	// Restarts and Wipes count the node restarts, and the empty ones;
+	// Quarantined the failed acquisitions in which a restart guard refused a
+	// node.
+	Restarts, Wipes, Quarantined int
 }
 
 // Violations counts what must not happen within the preconditions.
@@ -53,6 +57,8 @@ func Run(s Schedule, netLog bool) *Result {
 	r.mu.Unlock()
 	res.Report = Check(w.hist)
 	res.Commands = w.Commands()
+	res.Restarts, res.Wipes = w.Restarts()
+	res.Quarantined = w.Quarantined()
 	res.Virtual = w.since()
 	return res
 }
@@ -88,8 +94,9 @@ func scheduleWorld(s Schedule, netLog bool) (w *World, prober, warm int) {
 			}
 			return s.Links[c][n]
 		},
-		NetLog: netLog,
-		Names:  names,
+		NetLog:     netLog,
+		Names:      names,
+		Quarantine: s.Quarantine,
 	})
 	return w, prober, warm
 }
@@ -139,7 +146,7 @@ func (r *runner) crash(c Crash) {
 
 // warmupWith runs the warm-up grant with client warm.
 func (r *runner) warmupWith(warm int) {
-	h, err := r.w.NewHolder(warm)
+	h, err := r.w.NewHolder(warm, r.clientOptions()...)
 	if err == nil {
 		h.silent = true // not a target of the adaptive faults
 		err = r.warmup(h)
@@ -154,7 +161,7 @@ func (r *runner) warmupWith(warm int) {
 func (r *runner) runClients(prober int) {
 	var wg sync.WaitGroup
 	for c := 0; c < r.s.Clients; c++ {
-		h, err := r.w.NewHolder(c)
+		h, err := r.w.NewHolder(c, r.clientOptions()...)
 		if err != nil {
 			r.anomaly(fmt.Sprintf("client %s: %v", clientName(c), err))
 			continue
@@ -169,7 +176,7 @@ func (r *runner) runClients(prober int) {
 	}
 	var pwg sync.WaitGroup
 	if prober >= 0 {
-		h, err := r.w.NewHolder(prober)
+		h, err := r.w.NewHolder(prober, r.clientOptions()...)
 		if err != nil {
 			r.anomaly(fmt.Sprintf("prober: %v", err))
 		} else {
@@ -184,6 +191,16 @@ func (r *runner) runClients(prober int) {
 	wg.Wait()
 	close(r.probes)
 	pwg.Wait()
+}
+
+// clientOptions are the options of every client of the schedule, the
+// prober's and the warm-up's included: all clients of a resource must agree
+// on fair mode.
+func (r *runner) clientOptions() []redlock.Option {
+	if r.s.Fair {
+		return []redlock.Option{redlock.WithFair()}
+	}
+	return nil
 }
 
 type runner struct {
@@ -259,17 +276,46 @@ func (r *runner) client(h *Holder) error {
 		time.Sleep(uniform(time.Microsecond, 400*time.Millisecond))
 		eager := rng.IntN(2) == 0
 		attempts := 1 + rng.IntN(s.Attempts)
+		path := PathTryLock
+		if s.Paths {
+			path = []string{PathTryLock, PathLock, PathLockMulti, PathDoMulti}[rng.IntN(4)]
+		}
 		var g *Grant
-		for a := 0; a < attempts; a++ {
-			var err error
-			g, err = h.TryLock(eager)
-			if err == nil {
-				break
+		switch path {
+		case PathTryLock:
+			for a := 0; a < attempts; a++ {
+				var err error
+				g, err = h.TryLock(eager)
+				if err == nil {
+					break
+				}
+				if !expected(err) {
+					return err
+				}
+				time.Sleep(uniform(time.Microsecond, s.BackoffMax))
 			}
-			if errors.Is(err, redlock.ErrInvalid) || !errors.Is(err, redlock.ErrNotAcquired) && !errors.Is(err, redlock.ErrLockLost) && !errors.Is(err, redlock.ErrUnavailable) {
+		case PathLock, PathLockMulti:
+			// One call, which the library retries; it waits as long as
+			// the TryLock loop would at most.
+			wait := uniform(time.Millisecond, time.Duration(attempts)*(s.BackoffMax+2*s.NodeTimeout))
+			var err error
+			if path == PathLock {
+				g, err = h.Lock(eager, wait)
+			} else {
+				g, err = h.LockMulti(eager, wait, otherResources(rng))
+			}
+			if err != nil && !expected(err) {
 				return err
 			}
-			time.Sleep(uniform(time.Microsecond, s.BackoffMax))
+		case PathDoMulti:
+			wait := uniform(time.Millisecond, time.Duration(attempts)*(s.BackoffMax+2*s.NodeTimeout))
+			others := otherResources(rng)
+			// Up to 2/3 of a TTL of work: the library renews the locks
+			// (every TTL/3) once, often.
+			if err := h.DoMulti(wait, uniform(0, s.TTL*2/3), others); errors.Is(err, redlock.ErrInvalid) {
+				return err
+			}
+			continue
 		}
 		if g == nil {
 			continue
@@ -308,6 +354,20 @@ func (r *runner) client(h *Holder) error {
 		}
 	}
 	return nil
+}
+
+// expected reports whether err is an expected failure of an acquisition:
+// not acquired, lock lost (fencing refused), unavailable.
+func expected(err error) bool {
+	return !errors.Is(err, redlock.ErrInvalid) &&
+		(errors.Is(err, redlock.ErrNotAcquired) || errors.Is(err, redlock.ErrLockLost) || errors.Is(err, redlock.ErrUnavailable))
+}
+
+// otherResources draws the resources a multi-resource session takes beside
+// Resource: one before it in LockMulti's order, or one after, or (less often:
+// every resource costs a call per node) both.
+func otherResources(rng *rand.Rand) []string {
+	return [][]string{{"q"}, {"s"}, {"q"}, {"s"}, {"q", "s"}}[rng.IntN(5)]
 }
 
 // warmup takes, fences, writes and releases the lock once, from a client

@@ -42,6 +42,12 @@ type Faults struct {
 	// Restarts: a node crash, restarted with its data after any delay, or
 	// empty after at least TTL + drift allowance (P5).
 	Restarts bool
+	// Wipes: nodes restart empty at once (down 1–50 ms): a planned crash,
+	// or, in half of the schedules, a crash aimed at a node holding a fresh
+	// grant's key, with the clients' majorities sharing one node (as in
+	// BreakRestart). P5 then holds only if the clients quarantine restarted
+	// nodes (Profile.Quarantine); without, the schedule breaks P5.
+	Wipes bool
 }
 
 // AllFaults enables every fault family.
@@ -69,6 +75,20 @@ type Profile struct {
 	// mutant deployment, to show that the checker catches a lock that
 	// underestimates drift.
 	ClientDriftFactor float64
+	// Quarantine gives the clients' nodes a restart guard with a quarantine
+	// of TTL + drift allowance, fed by the simulation at every restart
+	// (WorldConfig.Quarantine): the delayed restart of P5, enforced by the
+	// clients.
+	Quarantine bool
+	// QuarantineFor, if set, overrides that quarantine: a mutant deployment
+	// whose quarantine is shorter than the TTL, to show that the checker
+	// catches it.
+	QuarantineFor time.Duration
+	// Paths makes each session take the lock by a path drawn from the seed:
+	// TryLock, Lock (waiting, through the nodes' wake queues when refused),
+	// LockMulti or DoMulti; and a third of the schedules run every client in
+	// fair mode (redlock.WithFair). Without it, sessions use TryLock only.
+	Paths bool
 	// Breaker turns the clients' node circuit breakers on (redlock.WithBreaker).
 	// Off by default: a breaker changes only which calls are sent, never a
 	// vote, but its state depends on the order of calls that end at one virtual
@@ -120,6 +140,12 @@ type Schedule struct {
 	// Warmup: before the clients start, a client that reaches every node
 	// takes, fences, writes and releases the lock once.
 	Warmup bool
+	// Quarantine: the clients' restart quarantine (0: none; see
+	// Profile.Quarantine).
+	Quarantine time.Duration
+	// Paths: sessions draw their grant path (see Profile.Paths); Fair: every
+	// client is in fair mode.
+	Paths, Fair bool
 
 	// Client behaviour.
 	Sessions    int           // at most this many lock sessions per client
@@ -172,6 +198,7 @@ func Generate(seed uint64, p Profile) Schedule {
 	// unavailable minority is within P8's budget.
 	if p.Faults.Net && s.Break == BreakNone && g.rng.Float64() < 0.3 {
 		s.cutMinorities(g.rng)
+		g.cut = true
 	}
 	// The prober aims at the end of leases (see Schedule.Probe).
 	if g.rng.Float64() < 0.5 {
@@ -185,6 +212,21 @@ func Generate(seed uint64, p Profile) Schedule {
 		s.DriftFactor = p.ClientDriftFactor // the bounds above used the true factor
 	}
 	g.breakPrecondition()
+	// Draws added after the first profiles: only profiles that ask for them
+	// draw them, so that the other profiles' seeds keep their schedules.
+	if p.Faults.Wipes {
+		g.wipes()
+	}
+	if p.Paths {
+		s.Paths = true
+		s.Fair = g.rng.IntN(3) == 0
+	}
+	if p.Quarantine {
+		s.Quarantine = s.TTL + clock.Drift(s.TTL, s.DriftFactor)
+		if p.QuarantineFor > 0 {
+			s.Quarantine = p.QuarantineFor
+		}
+	}
 	return *s
 }
 
@@ -195,6 +237,7 @@ type generator struct {
 	p       Profile
 	s       Schedule
 	horizon time.Duration
+	cut     bool // cutMinorities was applied
 }
 
 func (g *generator) pick(xs []int, def int) int {
@@ -287,6 +330,32 @@ func (g *generator) crashes() {
 	s.Crashes = append(s.Crashes, c)
 }
 
+// wipes draws empty restarts at once (Faults.Wipes): in half of the
+// schedules, aimed at a node holding a fresh grant's key, preferably the one
+// node two clients' majorities share (the set-up of BreakRestart); in the
+// others, one or two planned crashes. Without a quarantine the schedule breaks
+// P5, and says so.
+func (g *generator) wipes() {
+	s, rng := &g.s, g.rng
+	if s.Break == BreakNone && !g.p.Quarantine {
+		s.Break = BreakRestart
+	}
+	if s.Adaptive == nil && rng.IntN(2) == 0 {
+		if !g.cut {
+			s.cutMinorities(rng)
+			g.cut = true
+		}
+		s.Warmup = true
+		s.Sessions, s.Attempts, s.BackoffMax = 2, 20, 60*time.Millisecond
+		s.Adaptive = &Adaptive{Kind: BreakRestart, Prob: 0.8, Max: 2, DownMax: 50 * time.Millisecond}
+		return
+	}
+	for k := 1 + rng.IntN(2); k > 0; k-- {
+		s.Crashes = append(s.Crashes, Crash{Node: rng.IntN(s.Nodes), At: g.uniform(0, g.horizon), Empty: true,
+			Down: g.uniform(time.Millisecond, 50*time.Millisecond)})
+	}
+}
+
 // breakPrecondition sets up the precondition the profile breaks, if any.
 func (g *generator) breakPrecondition() {
 	s, rng := &g.s, g.rng
@@ -303,6 +372,7 @@ func (g *generator) breakPrecondition() {
 		// node. A warm-up grant first gives every node a fence counter, as
 		// a resource in use has.
 		s.cutMinorities(rng)
+		g.cut = true
 		s.Warmup = true
 		s.Sessions, s.Attempts, s.BackoffMax = 2, 20, 60*time.Millisecond
 		switch s.Break {
@@ -375,6 +445,12 @@ func (s Schedule) String() string {
 	}
 	if a := s.Adaptive; a != nil {
 		fmt.Fprintf(&b, "  adaptive fault %s on a node holding a granted key (p=%.1f, at most %d)\n", a.Kind, a.Prob, a.Max)
+	}
+	if s.Quarantine > 0 {
+		fmt.Fprintf(&b, "  restart quarantine %v: the clients' nodes refuse every grant script for that long after a restart (node.WithRestartGuard)\n", s.Quarantine)
+	}
+	if s.Paths {
+		fmt.Fprintf(&b, "  grant paths: TryLock, Lock, LockMulti, DoMulti, drawn per session; fair mode %v\n", s.Fair)
 	}
 	if s.Probe {
 		fmt.Fprintf(&b, "  prober P: tries to take the lock when a majority lets a grant's key go (%d grants)\n", s.ProbeMax)

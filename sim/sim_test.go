@@ -52,6 +52,11 @@ type batch struct {
 	commands       int
 	virtual        time.Duration
 	byBreak        map[sim.Break]*breakStats
+	byPath         map[string]int // grants by path
+	restarts       int
+	wipes          int
+	quarantined    int
+	fair           int           // schedules in fair mode
 	failed         []*sim.Result // violations (held) or stale accepted (broken)
 	elapsed        time.Duration
 }
@@ -77,7 +82,7 @@ func runMany(t *testing.T, p sim.Profile, n int, isFailure func(*sim.Result) boo
 	if workers <= 0 {
 		workers = 4 * runtime.GOMAXPROCS(0)
 	}
-	b := &batch{byBreak: map[sim.Break]*breakStats{}}
+	b := &batch{byBreak: map[sim.Break]*breakStats{}, byPath: map[string]int{}}
 	var next atomic.Int64
 	var mu sync.Mutex
 	start := time.Now()
@@ -129,6 +134,15 @@ func (b *batch) add(res *sim.Result) {
 	b.anomalies += len(res.Anomalies)
 	b.commands += res.Commands
 	b.virtual += res.Virtual
+	b.restarts += res.Restarts
+	b.wipes += res.Wipes
+	b.quarantined += res.Quarantined
+	if res.Schedule.Fair {
+		b.fair++
+	}
+	for _, g := range res.History.Grants() {
+		b.byPath[g.Path]++
+	}
 	if len(r.Overlaps) > 0 {
 		b.withOverlap++
 	}

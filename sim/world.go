@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -28,14 +29,19 @@ type World struct {
 	NodeTimeout time.Duration
 	DriftFactor float64
 
-	breaker bool
-	start   time.Time
-	done    chan struct{}
-	nodes   []*Node
-	links   [][]*link // [client][node]
-	scripts scriptNames
+	breaker    bool
+	quarantine time.Duration
+	start      time.Time
+	done       chan struct{}
+	nodes      []*Node
+	links      [][]*link // [client][node]
+	scripts    scriptNames
 
 	hist *History
+
+	// quarantined counts failed acquisitions in which a restart guard
+	// refused a node.
+	quarantined atomic.Int64
 
 	// onGrant, if set, is told of every grant of a non-silent holder (the
 	// adaptive fault driver and the prober).
@@ -76,16 +82,32 @@ type WorldConfig struct {
 	// NetLog records every message in the timeline (scripted scenarios and
 	// replays turn it on; it costs a little time).
 	NetLog bool
+	// Quarantine, if positive, gives every client's node a restart guard
+	// (node.WithRestartGuard) with this quarantine, which the world feeds
+	// (RestartGuard.Restarted) whenever the node restarts: the delayed
+	// restart of P5, enforced by the clients. Give at least the longest TTL
+	// plus the drift allowance.
+	Quarantine time.Duration
+}
+
+// libraryScripts names the library's scripts by their digests, so that an
+// EVALSHA is named even before the EVAL that would teach the name.
+func libraryScripts() map[string]string {
+	m := map[string]string{}
+	for _, s := range node.Scripts() {
+		m[s.Hash()] = s.Name()
+	}
+	return m
 }
 
 // NewWorld builds a world. Call it inside a synctest bubble.
 func NewWorld(cfg WorldConfig) *World {
 	w := &World{
 		Seed: cfg.Seed, TTL: cfg.TTL, NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor,
-		breaker: cfg.Breaker,
+		breaker: cfg.Breaker, quarantine: cfg.Quarantine,
 		start:   time.Now(),
 		done:    make(chan struct{}),
-		scripts: scriptNames{names: map[string]string{}},
+		scripts: scriptNames{names: libraryScripts()},
 		aliases: map[string]string{}, issued: map[int]int{},
 	}
 	w.hist = &History{start: w.start, netLog: cfg.NetLog}
@@ -170,6 +192,22 @@ func (w *World) Commands() int {
 	return total
 }
 
+// Quarantined returns how many failed acquisitions had a node refused by a
+// restart guard.
+func (w *World) Quarantined() int { return int(w.quarantined.Load()) }
+
+// Restarts returns how many times the nodes restarted, and how many of those
+// restarts were empty (wipes).
+func (w *World) Restarts() (restarts, wipes int) {
+	for _, n := range w.nodes {
+		n.mu.Lock()
+		restarts += n.restarts
+		wipes += n.wipes
+		n.mu.Unlock()
+	}
+	return restarts, wipes
+}
+
 // Since returns the virtual time elapsed since the world was created.
 func (w *World) Since() time.Duration { return w.since() }
 
@@ -193,7 +231,19 @@ func (w *World) NewClient(c int, opts ...redlock.Option) (*redlock.Client, error
 				return redis.NewConn(nc, w.NodeTimeout, w.NodeTimeout), nil
 			},
 		}
-		rn, err := node.FromPool(pool, n.name, node.WithTimeout(w.NodeTimeout))
+		nopts := []node.Option{node.WithTimeout(w.NodeTimeout)}
+		if w.quarantine > 0 {
+			// The pool dials, so the node cannot see restarts itself (and
+			// miniredis' INFO has no server section to see them by): the
+			// world tells the guard, as an orchestrator would.
+			g, err := node.NewRestartGuard(w.quarantine)
+			if err != nil {
+				return nil, err
+			}
+			nopts = append(nopts, node.WithRestartGuard(g))
+			n.addGuard(g)
+		}
+		rn, err := node.FromPool(pool, n.name, nopts...)
 		if err != nil {
 			return nil, err
 		}
@@ -402,10 +452,14 @@ type Grant struct {
 	// Fence is the fencing token (0: none); FencedAt when Fence returned it.
 	Fence    uint64
 	FencedAt time.Duration
+	// Path is how it was taken: PathTryLock, PathLock, PathLockMulti or
+	// PathDoMulti.
+	Path string
 
 	token     string
 	lock      *redlock.Lock
-	lastWrite time.Duration // set by Check
+	multi     *redlock.MultiLock // a LockMulti grant: lock is Resource's
+	lastWrite time.Duration      // set by Check
 }
 
 // ValidEnd is when the grant stopped being valid: its last Until, or its

@@ -81,6 +81,16 @@ func TestHealthFailingNode(t *testing.T) {
 			for range 10 {
 				lockRelease(t, c, "failing")
 			}
+			// Lock and Release return at their majority: the failing node's
+			// answers may still be on their way. Wait for the state counted.
+			require.Eventually(t, func() bool {
+				for _, h := range c.Health() {
+					if h.State != redlock.NodeOK && h.Failures >= 10 {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Second, time.Millisecond)
 			var failing []redlock.NodeHealth
 			for _, h := range c.Health() {
 				if h.State != redlock.NodeOK {

@@ -18,14 +18,15 @@ import (
 // retry: a herd that splits the votes.
 //
 // So a Lock call refused once becomes a waiter, queued with a ticket on every
-// node (every node keeps the queues: node.Node), and a release wakes the
-// first waiter only, reserving the lock for it for wokenReserve (fair.go,
-// node/wakequeue.lua): one waiter tries per release. Safety is untouched: a
-// grant is still SET NX on a majority within the validity, measured from the
-// start of the attempt.
+// node (every node keeps the queue: node.Queuer), a queued waiter may take
+// the lock only at the head of the queue, and a release wakes the head only
+// (fair.go, node/fairacquire.lua): one waiter tries per release, and every
+// node grants it to the same one. Safety is untouched: a grant is still SET
+// NX on a majority within the validity, measured from the start of the
+// attempt.
 //
-// What the queue cannot prevent (a newcomer's first attempt racing a woken
-// waiter's) can still split the votes. A split is decided early: once a node
+// What the queue cannot prevent (a newcomer's first attempt in the default
+// mode racing the head's) can still split the votes. A split is decided early: once a node
 // has refused, the attempt waits only a short grace for the rest before it
 // gives up, releases what it took and backs off by a random bounded delay; a
 // paused node is not waited for.

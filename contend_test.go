@@ -286,7 +286,7 @@ func TestReleaseWakesOneWaitingClient(t *testing.T) {
 	}
 }
 
-// A waiting client that gives up (its context ends) leaves the wake queues,
+// A waiting client that gives up (its context ends) leaves the queues,
 // and one that is closed no longer listens: either way the release wakes the
 // next waiter, which gets the lock although its backoff is a minute.
 func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
@@ -322,12 +322,12 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 				_, err := early.Lock(ectx, "gone")
 				gaveUp <- err
 			}()
-			queue, _ := node.WakeQueueKeys("redlock:{gone}")
+			queue, _ := node.QueueKeys("redlock:{gone}")
 			queuedOnAll := func(n int) func() bool {
 				return func() bool {
 					for _, s := range servers {
-						v, _ := redis.String(s.Do("GET", queue))
-						if strings.Count(v, "\n") != n {
+						v, _ := redis.Int(s.Do("ZCARD", queue))
+						if v != n {
 							return false
 						}
 					}

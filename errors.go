@@ -248,7 +248,7 @@ func failureKind(err error) string {
 		return "connection refused"
 	case strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "invalid password"):
 		return "authentication"
-	case strings.Contains(msg, "NOPERM"):
+	case isPermission(msg):
 		return "permission denied"
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
@@ -277,3 +277,10 @@ var (
 	errValidityEnded = errors.New("the lock's validity ended")
 	errLeaseOutlived = errors.New("no majority answered before the lease would have run out")
 )
+
+// isPermission reports whether a node's error text is an ACL's refusal: of
+// a command (NOPERM), or of a command a script called (Redis 7 words it
+// "ERR The user executing the script can't run this command").
+func isPermission(text string) bool {
+	return strings.Contains(text, "NOPERM") || strings.Contains(text, "user executing the script can't run")
+}

@@ -12,21 +12,24 @@ import (
 	"github.com/redlock-go/redlock/quorum"
 )
 
-// Fair mode (WithFair): each Lock call is a waiter with a ticket, a time on
-// the nodes' clocks when it started waiting (ticket.go), queued on every node
-// beside the lock key (node.Queuer). A node grants the lock only to the head
-// of its queue, so that all nodes, ordering waiters by the same tickets,
-// grant it to the same waiter: no split votes and no barging. A waiter renews
-// its place with every attempt; it stays queued (at the head) while it holds
-// the lock, and leaves every queue when it releases it (or when Lock gives
-// up); one that crashed is dropped once its lease (fairLease) runs out.
+// The waiters' queue. A Lock call that waits is a waiter with a ticket, a
+// time on the nodes' clocks when it started waiting (ticket.go), queued on
+// every node beside the lock key (node.Queuer). A node lets a queued waiter
+// take the lock only at the head of its queue, so that all nodes, ordering
+// waiters by the same tickets, grant it to the same waiter: no split votes
+// between waiters, whatever their number. A waiter renews its place with
+// every attempt; it stays queued (at the head) while it holds the lock, and
+// leaves every queue when it releases it (or when Lock gives up); one that
+// crashed is dropped once its lease (fairLease) runs out. A release wakes the
+// head only, on its own channel.
 //
-// The default mode's wake queue (node.WakeQueuer) reuses the same waiters
-// (place.loose): queued with a ticket on every node once refused, a waiter may
-// take the lock wherever it is queued, and leaves a node's queue when that
-// node grants it; the queue only picks whom a release wakes. The queue
-// expires with the lease of its last attempt, and a waiter whose client is
-// gone is dropped when a release finds nobody listening for it.
+// The two modes are one queue with one difference, the newcomer's: in fair
+// mode (WithFair) a Lock call queues from its first attempt, which takes the
+// lock only when nobody is queued (strict order); in the default mode a
+// newcomer's first attempt is a plain SET NX that takes a free lock whoever
+// waits (take-if-free, like sync.Mutex's normal mode), and the call queues
+// once refused (or from its first attempt when the resource was contended
+// lately).
 
 // fairLeaseMin is the least time a node keeps a silent waiter queued.
 const fairLeaseMin = 2 * time.Second
@@ -36,26 +39,25 @@ const fairLeaseMin = 2 * time.Second
 // every attempt.
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
-// releaseOn releases key on n; with notify, through the node's queue (fair
-// mode's, or the default mode's wake queue), so that only the first waiter is
-// woken. waiter is the id of the waiter the lock was granted to, or empty: it
-// leaves the queue.
+// releaseOn releases key on n; with notify, through the node's waiters'
+// queue, so that only its head is woken. waiter is the id of the waiter the
+// lock was granted to, or empty: it leaves the queue.
+//
+// A node whose ACL lacks the queue's commands (a minimal ACL written before
+// the default mode used the queue: docs/operations.md) refuses the queue's
+// release: the lock is then released as by Release, waking the key's
+// watchers, so that such a client's locks still work; its waiters fail
+// with "permission denied".
 func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
-	switch {
-	case !notify:
+	if !notify {
 		return n.Release(ctx, key, token, false)
-	case c.cfg.fair:
-		return n.ReleaseFair(ctx, key, token, waiter)
-	default:
-		return n.ReleaseQueued(ctx, key, token, waiter, wokenReserve)
 	}
+	ok, err := n.ReleaseFair(ctx, key, token, waiter)
+	if err != nil && isPermission(err.Error()) {
+		return n.Release(ctx, key, token, true)
+	}
+	return ok, err
 }
-
-// wokenReserve is how long, in the default mode's loose queue, a release
-// reserves the lock for the waiter it woke: the others, which could otherwise
-// take it first, wait their turn; a woken waiter that does not try in time
-// (slow, or gone) loses it.
-const wokenReserve = 10 * time.Millisecond
 
 // place is a Lock call's place in the nodes' waiters' queues.
 type place struct {
@@ -65,9 +67,6 @@ type place struct {
 	// many): the next releases will wake them, not this one, which can wait
 	// for its own wake-up rather than poll (see pace.backoff).
 	ahead int
-	// loose: the default mode's wake queue (node.WakeQueuer), not fair
-	// mode's queue (node.Queuer).
-	loose bool
 	// over is set when the Lock call returns: from then on a node that
 	// refuses one of its attempts (a straggler) is told to drop it (leaveLate).
 	over atomic.Bool
@@ -95,9 +94,9 @@ func newWaiterGroup() string {
 // node.Watcher) instead of subscribing and unsubscribing every time. Its Lock
 // calls on one key wait one at a time (enterQueue), so a wake-up on that
 // channel is for the current one, or a stale one that costs an attempt.
-func (c *Client) newWaiter(lc lockConfig, loose bool, ticket int64) *place {
+func (c *Client) newWaiter(lc lockConfig, ticket int64) *place {
 	id := c.waiterGroup + "/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	return &place{Waiter: node.Waiter{ID: id, Ticket: ticket, Lease: fairLease(lc)}, loose: loose}
+	return &place{Waiter: node.Waiter{ID: id, Ticket: ticket, Lease: fairLease(lc)}}
 }
 
 // queuedAhead returns how many waiters at least need nodes reported queued
@@ -146,24 +145,17 @@ func (c *Client) leaveOn(i int, key string, w *place) {
 }
 
 // acquire is the attempt of lock l by waiter w (as wv: the same ticket on
-// every node) on node n, through its queue: the wake queue for a loose
-// waiter, fair mode's otherwise.
+// every node) on node n, through its queue.
 func (w *place) acquire(ctx context.Context, n node.Node, l *Lock, wv node.Waiter) (node.Acquired, error) {
-	if w.loose {
-		return n.AcquireQueued(ctx, l.key, l.fenceKey, l.token, l.ttl, wv)
-	}
 	return n.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, wv)
 }
 
 // leave takes w out of key's queue on n.
 func (w *place) leave(ctx context.Context, n node.Node, key string) error {
-	if w.loose {
-		return n.LeaveWakeQueue(ctx, key, w.ID, wokenReserve)
-	}
 	return n.LeaveQueue(ctx, key, w.ID)
 }
 
-// leaveLate is an acquisition round's reply hook in fair mode: a node that
+// leaveLate is an acquisition round's reply hook: a node that
 // refuses waiter w once its Lock call is over has it queued, and is told to
 // drop it.
 func (c *Client) leaveLate(key string, w *place, i int, r quorum.Reply[node.Acquired]) {

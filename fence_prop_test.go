@@ -23,7 +23,7 @@ import (
 type memNode struct {
 	// node.Node's queues, watches and probe are not modelled: the property
 	// test makes single attempts (TryLock) only, which call none of them but
-	// the release (ReleaseQueued, below); another would panic on this nil
+	// the release (ReleaseFair, below); another would panic on this nil
 	// interface.
 	node.Node
 	name  string
@@ -65,8 +65,8 @@ var errDown = errors.New("node down")
 func (m *memNode) Name() string { return m.name }
 func (m *memNode) Close() error { return nil }
 
-// ReleaseQueued is Release: the wake queue is not modelled.
-func (m *memNode) ReleaseQueued(ctx context.Context, key, token, _ string, _ time.Duration) (bool, error) {
+// ReleaseFair is Release: the waiters' queue is not modelled.
+func (m *memNode) ReleaseFair(ctx context.Context, key, token, _ string) (bool, error) {
 	return m.Release(ctx, key, token, true)
 }
 

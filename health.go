@@ -106,7 +106,7 @@ func NodeErrorKind(err error) string {
 	case strings.Contains(text, "WRONGPASS") || strings.Contains(text, "NOAUTH") ||
 		strings.Contains(text, "invalid password") || strings.Contains(text, "invalid username-password"):
 		return KindAuth
-	case strings.Contains(text, "NOPERM"):
+	case isPermission(text):
 		return KindPermission
 	case errors.Is(err, node.ErrReplyTooLarge) || errors.Is(err, node.ErrMalformedReply) || errors.Is(err, node.ErrUnexpectedReply):
 		return KindReply

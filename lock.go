@@ -55,8 +55,7 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 }
 
 // acquireQueuedOn is the acquisition's call on one node for waiter w:
-// through the node's waiters' queue (fair mode's, or the default mode's wake
-// queue when w is loose).
+// through the node's waiters' queue.
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	wv := w.Waiter // the same ticket on every node; settle changes w after the round
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {

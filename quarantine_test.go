@@ -15,7 +15,7 @@ import (
 
 // TestQuarantineP5Timeline runs docs/safety.md's P5 timeline on real
 // redis-servers, through every way a Lock call grants (the plain attempt,
-// the default mode's wake queue, fair mode's queue), with the contender
+// the waiters' queue in the default mode and in fair mode), with the contender
 // already waiting when the node restarts and with a contender created after
 // the restart: A holds on n1 and n2 (n3 is held by someone else, then
 // freed); n2 restarts empty; B, whose nodes quarantine a restarted node for

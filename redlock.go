@@ -278,8 +278,7 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 }
 
 // lock is Lock after its hook. A fair-mode waiter queues from its first
-// attempt; a default-mode one on nodes with wake queues once an attempt was
-// refused, or from the first when the resource was refused lately (lockWait).
+// attempt; a default-mode one once an attempt was refused, or from the first when the resource was refused lately (lockWait).
 // Either leaves the queues when the call is over.
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	done, err := c.enterCall()
@@ -288,7 +287,7 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	}
 	defer done()
 	if c.cfg.fair {
-		lc.waiter = c.newWaiter(lc, false, c.nodeClock.ticket(time.Now()))
+		lc.waiter = c.newWaiter(lc, c.nodeClock.ticket(time.Now()))
 	}
 	l, err := c.lockWait(ctx, resource, &lc)
 	if lc.waiter != nil {
@@ -366,7 +365,7 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 		return nil, err
 	}
 	defer done()
-	lc.waiter = c.newWaiter(lc, false, 0)
+	lc.waiter = c.newWaiter(lc, 0)
 	l, err := c.try(ctx, resource, lc)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
 	return l, err

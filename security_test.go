@@ -85,7 +85,7 @@ func TestTLS(t *testing.T) {
 // MinimalACL is the ACL rule of docs/operations.md: the commands the library
 // sends (the scripts' own calls included), on its keys and channels only.
 const MinimalACL = "on >lock-pw resetkeys ~redlock:* resetchannels &redlock:* -@all " +
-	"+evalsha +eval +get +set +pexpire +del +publish +time +subscribe +unsubscribe +ping +info"
+	"+evalsha +eval +get +set +pexpire +del +publish +time +subscribe +unsubscribe +ping +info " + QueueACL
 
 // A user with only the minimal ACL acquires, extends, fences, waits (pub/sub)
 // and releases.
@@ -147,15 +147,21 @@ func TestMinimalACLIsNeeded(t *testing.T) {
 	}
 }
 
-// FairACL is what fair mode adds to MinimalACL (docs/operations.md): its
-// scripts keep sorted sets.
-const FairACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
+// QueueACL is the part of MinimalACL that the waiters' queue needs
+// (docs/operations.md): its scripts keep sorted sets. Before the queue was
+// one (2026-12-03), the default mode did without it.
+const QueueACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
 
-// Fair mode runs, waiter woken included, as a user with MinimalACL and
-// FairACL, and not with MinimalACL alone.
-func TestMinimalACLFair(t *testing.T) {
+// Both modes wait, woken by a release, as a user with MinimalACL; without
+// QueueACL (a rule written for the default mode before the queue was one)
+// locks taken at once still work in the default mode (the release falls
+// back to release.lua), and a Lock call that has to wait fails by its
+// deadline with an error that names the missing permission.
+func TestMinimalACLQueue(t *testing.T) {
 	s := redistest.Start(t)
-	for user, rule := range map[string]string{"plain": MinimalACL, "fair": MinimalACL + " " + FairACL} {
+	old := strings.TrimSuffix(MinimalACL, " "+QueueACL)
+	require.NotEqual(t, MinimalACL, old)
+	for user, rule := range map[string]string{"old": old, "min": MinimalACL} {
 		args := []any{"SETUSER", user}
 		for _, f := range strings.Fields(rule) {
 			args = append(args, f)
@@ -163,21 +169,36 @@ func TestMinimalACLFair(t *testing.T) {
 		_, err := s.Do("ACL", args...)
 		require.NoError(t, err)
 	}
-	plain, err := redlock.Dial([]string{"redis://plain:lock-pw@" + s.Addr()}, redlock.WithFair())
-	require.NoError(t, err)
-	defer plain.Close()
-	_, err = tryExercise(t, plain, "fair-acl")
-	require.Error(t, err, "fair mode without FairACL")
+	for _, mode := range []struct {
+		name string
+		opts []redlock.Option
+	}{{"default", nil}, {"fair", []redlock.Option{redlock.WithFair()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			res := "queue-acl-" + mode.name
+			c, err := redlock.Dial([]string{"redis://min:lock-pw@" + s.Addr()}, mode.opts...)
+			require.NoError(t, err)
+			defer c.Close()
+			exercise(t, c, res)
+			other, err := redlock.Dial([]string{"redis://min:lock-pw@" + s.Addr()},
+				append(mode.opts, redlock.WithRetryBackoff(10*time.Second, 10*time.Second))...)
+			require.NoError(t, err)
+			defer other.Close()
+			wokenByRelease(t, s, c, other, res)
 
-	c, err := redlock.Dial([]string{"redis://fair:lock-pw@" + s.Addr()}, redlock.WithFair())
-	require.NoError(t, err)
-	defer c.Close()
-	assert.Equal(t, uint64(1), exercise(t, c, "fair-acl"))
-	other, err := redlock.Dial([]string{"redis://fair:lock-pw@" + s.Addr()}, redlock.WithFair(),
-		redlock.WithRetryBackoff(10*time.Second, 10*time.Second))
-	require.NoError(t, err)
-	defer other.Close()
-	wokenByRelease(t, s, c, other, "fair-acl")
+			oc, err := redlock.Dial([]string{"redis://old:lock-pw@" + s.Addr()}, mode.opts...)
+			require.NoError(t, err)
+			defer oc.Close()
+			if mode.name == "default" {
+				exercise(t, oc, res) // TryLock, extend, fence, release: no queue
+			}
+			l, err := c.TryLock(ctxT(t, 5*time.Second), res)
+			require.NoError(t, err)
+			defer l.Release(context.Background())
+			_, err = oc.Lock(ctxT(t, 2*time.Second), res)
+			require.Error(t, err, "a waiter without the queue's commands")
+			assert.ErrorContains(t, err, "permission denied")
+		})
+	}
 }
 
 // wokenByRelease has holder take resource on s, other wait for it (its

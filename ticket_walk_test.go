@@ -2,8 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,39 +27,21 @@ func TestTicketWalk(t *testing.T) {
 	conn, err := s.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
-	for _, mode := range []string{"fair", "wake"} {
+	for _, mode := range []string{"fair"} {
 		key := "redlock:{walk-" + mode + "}"
 		acq := func(tok string, w node.Waiter) node.Acquired {
 			var a node.Acquired
 			var err error
-			if mode == "fair" {
-				a, err = n.AcquireFair(ctx, key, key+":fence", tok, time.Minute, w)
-			} else {
-				a, err = n.AcquireQueued(ctx, key, key+":fence", tok, time.Minute, w)
-			}
+			a, err = n.AcquireFair(ctx, key, key+":fence", tok, time.Minute, w)
 			require.NoError(t, err)
 			return a
 		}
 		// stored returns late/1's ticket as the node keeps it.
 		stored := func() int64 {
-			if mode == "fair" {
-				q, _ := node.QueueKeys(key)
-				v, err := redis.Int64(conn.Do("ZSCORE", q, "late/1"))
-				require.NoError(t, err)
-				return v
-			}
-			wq, _ := node.WakeQueueKeys(key)
-			v, err := redis.String(conn.Do("GET", wq))
+			q, _ := node.QueueKeys(key)
+			v, err := redis.Int64(conn.Do("ZSCORE", q, "late/1"))
 			require.NoError(t, err)
-			for _, line := range strings.Split(v, "\n") {
-				if f := strings.Fields(line); len(f) == 3 && f[1] == "late/1" {
-					tk, err := strconv.ParseInt(f[0], 10, 64)
-					require.NoError(t, err)
-					return tk
-				}
-			}
-			t.Fatalf("late/1 is not queued: %q", v)
-			return 0
+			return v
 		}
 		now := time.Now().UnixMicro()
 		require.True(t, acq("h", node.Waiter{ID: "h/1", Ticket: now, Lease: time.Minute}).OK)

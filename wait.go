@@ -106,7 +106,7 @@ type waiting struct {
 // see place.settle), listening for its wake-ups on every node.
 func (w *waiting) queue(ctx context.Context, ticket int64) {
 	if w.lc.waiter == nil {
-		w.lc.waiter = w.c.newWaiter(*w.lc, true, ticket)
+		w.lc.waiter = w.c.newWaiter(*w.lc, ticket)
 	}
 	w.rw = w.c.watchReleases(ctx, w.c.lockKey(w.resource), w.lc.waiter)
 }

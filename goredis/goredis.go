@@ -34,7 +34,7 @@ import (
 )
 
 // Node is a node.Node over a go-redis client, with every operation of the
-// core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
+// core's nodes (node.Scripted: the same scripts, the waiters'
 // queue) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
 	node.Scripted
@@ -51,10 +51,9 @@ type Node struct {
 }
 
 var (
-	_ node.Node       = (*Node)(nil)
-	_ node.Watcher    = (*Node)(nil)
-	_ node.WakeQueuer = (*Node)(nil)
-	_ node.Queuer     = (*Node)(nil)
+	_ node.Node    = (*Node)(nil)
+	_ node.Watcher = (*Node)(nil)
+	_ node.Queuer  = (*Node)(nil)
 )
 
 // Option configures New.

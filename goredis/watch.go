@@ -54,8 +54,8 @@ func newSubscriber(c redis.UniversalClient, timeout time.Duration) *subscriber {
 //
 // On a ClusterClient the watch goes to the master of key's slot, on a PubSub
 // of that master's: a release's PUBLISH there counts the listeners connected
-// to that master only, and the wake queue takes a waiter nobody listens for
-// as gone (a release would then wake every waiter, and drop them).
+// to that master only, and a waiter listening elsewhere would miss its
+// wake-ups.
 func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	s, err := n.subscriberFor(ctx, key)
 	if err != nil {

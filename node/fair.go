@@ -29,8 +29,7 @@ var (
 // must agree within it (docs/safety.md).
 const TicketBound = time.Second
 
-// Waiter is a place in a lock key's waiters' queue (the default mode's wake
-// queue, fair mode's queue).
+// Waiter is a place in a lock key's waiters' queue (Queuer).
 type Waiter struct {
 	// ID names the waiter: random, unique. The part before a "/", if any,
 	// names the channel it is woken on (WaiterChannel).

@@ -18,19 +18,23 @@ if ARGV[2] ~= '' then
   if redis.call('PTTL', KEYS[3]) < 5000 then redis.call('PEXPIRE', KEYS[3], 5000) end
 end
 local held = redis.call('GET', KEYS[1])
-local deleted = 0
-if held == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  deleted = 1
-elseif held then
+if held and held ~= ARGV[1] then
   return 0
 end
+-- The queue is read before the lock key is deleted: a user whose ACL lacks
+-- the queue's commands fails here, having changed nothing (the client then
+-- releases with release.lua).
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
 for _, w in ipairs(dead) do
   redis.call('ZREM', KEYS[2], w)
   redis.call('ZREM', KEYS[3], w)
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+local deleted = 0
+if held then
+  redis.call('DEL', KEYS[1])
+  deleted = 1
+end
 if head[1] then
   redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
 else

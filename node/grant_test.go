@@ -23,7 +23,7 @@ import (
 )
 
 // TestEveryLuaFileIsAScript: every .lua file of the package is a script that
-// Scripts returns, or a fragment prepended to some (wakequeue.lua): a script
+// Scripts returns, or a fragment prepended to some: a script
 // cannot escape the enumeration the grant checks below rely on.
 func TestEveryLuaFileIsAScript(t *testing.T) {
 	files, err := filepath.Glob("*.lua")
@@ -57,9 +57,9 @@ func TestEveryLuaFileIsAScript(t *testing.T) {
 // which the restart quarantine refuses. It checks it two ways, each of which
 // fails alone on a grant hidden in an unmarked script (TestLockWritesScanner
 // shows the first failing on such lines; both failed on the hand-offs that an
-// adversarial review added to wake() in wakequeue.lua and to wakerelease.lua,
-// and the second alone on a wakeleave.lua that stored its queue in the lock
-// key through store(), which the first cannot follow):
+// adversarial review added to the wake queue's scripts, since replaced by the
+// one queue, and the second alone on a leave script that stored its queue in
+// the lock key through a Lua function, which the first cannot follow):
 //
 //   - In the source (lockWrites): no unmarked script calls, with redis.call
 //     or redis.pcall, a command that can give a key a value (any but reads,
@@ -172,17 +172,6 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 	func(ctx context.Context, n *node.Redis, k string) error {
 		_, err := n.Release(ctx, k, "t", true)
 		return err
-	},
-	func(ctx context.Context, n *node.Redis, k string) error {
-		_, err := n.AcquireQueued(ctx, k, k+":fence", "t", time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
-		return err
-	},
-	func(ctx context.Context, n *node.Redis, k string) error {
-		_, err := n.ReleaseQueued(ctx, k, "t", "w/1", time.Second)
-		return err
-	},
-	func(ctx context.Context, n *node.Redis, k string) error {
-		return n.LeaveWakeQueue(ctx, k, "w/1", time.Second)
 	},
 	func(ctx context.Context, n *node.Redis, k string) error {
 		_, err := n.AcquireFair(ctx, k, k+":fence", "t", time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
@@ -300,7 +289,6 @@ func combinations(fillers []string, n int) [][]any {
 type probeState struct {
 	name   string
 	holder string // what the lock key holds once built ("": free)
-	woken  string // the waiter the release reserved the lock for ("": none)
 	build  []stateStep
 }
 
@@ -323,16 +311,12 @@ func unlock(_ context.Context, _ *node.Redis, c redis.Conn, k string) error {
 }
 
 // queue has waiters ids (tickets now, in that order) attempt the lock, held: refused,
-// they are queued in the wake queue (fair false) or the fair queue.
-func queue(fair bool, ids ...string) stateStep {
+// they are queued.
+func queue(ids ...string) stateStep {
 	return func(ctx context.Context, n *node.Redis, _ redis.Conn, k string) error {
 		for i, id := range ids {
 			w := node.Waiter{ID: id, Ticket: time.Now().UnixMicro() + int64(i), Lease: probeTTL}
-			acquire := n.AcquireQueued
-			if fair {
-				acquire = n.AcquireFair
-			}
-			a, err := acquire(ctx, k, k+":fence", "t-"+id, probeTTL, w)
+			a, err := n.AcquireFair(ctx, k, k+":fence", "t-"+id, probeTTL, w)
 			if err == nil && a.OK {
 				err = fmt.Errorf("waiter %s was granted a held lock", id)
 			}
@@ -345,17 +329,10 @@ func queue(fair bool, ids ...string) stateStep {
 }
 
 // release releases the lock held by heldToken with the queue's release,
-// which wakes (and in the wake queue reserves the lock for) the first waiter
-// listened for.
-func release(fair bool) stateStep {
+// which wakes the head of the queue.
+func release() stateStep {
 	return func(ctx context.Context, n *node.Redis, c redis.Conn, k string) error {
-		var ok bool
-		var err error
-		if fair {
-			ok, err = n.ReleaseFair(ctx, k, heldToken, "")
-		} else {
-			ok, err = n.ReleaseQueued(ctx, k, heldToken, "", probeTTL)
-		}
+		ok, err := n.ReleaseFair(ctx, k, heldToken, "")
 		if err == nil && !ok {
 			err = errors.New("the holder's release deleted nothing")
 		}
@@ -372,29 +349,20 @@ func release(fair bool) stateStep {
 func steps(s ...stateStep) []stateStep { return s }
 
 // probeStates are the states the probe runs every script from: the lock
-// free, held by another token or by the probe's, alone or with the wake queue
-// or the fair queue holding waiters (the probe's ids among them: one
-// listened for, one not, and the probe's token), with the lock then freed
-// without a wake-up, or released by its queue's release (which wakes the
-// first waiter listened for, and in the wake queue reserves the lock for it),
-// and held again. The unlock after a release deletes nothing, unless the
+// free, held by another token or by the probe's, alone or with the queue
+// holding waiters (the probe's ids among them: one listened for, one not,
+// and the probe's token), with the lock then freed without a wake-up, or
+// released by the queue's release (which wakes the head), and held again. The unlock after a release deletes nothing, unless the
 // release wrote the lock key (a failure reported while building): the probe
 // still gets the state it means.
 var probeStates = []probeState{
 	{name: "free"},
 	{name: "held", holder: heldToken, build: steps(hold(heldToken))},
 	{name: "mine", holder: probeToken, build: steps(hold(probeToken))},
-	{name: "wq-held", holder: heldToken, build: steps(hold(heldToken), queue(false, unheard, listened, probeToken))},
-	{name: "wq-mine", holder: probeToken, build: steps(hold(heldToken), queue(false, unheard, listened, probeToken), hold(probeToken))},
-	{name: "wq-free", build: steps(hold(heldToken), queue(false, unheard, listened, probeToken), unlock)},
-	{name: "wq-woken", woken: listened, build: steps(hold(heldToken), queue(false, unheard, listened, probeToken), release(false), unlock)},
-	{name: "wq-woken-held", holder: heldToken, woken: listened, build: steps(hold(heldToken), queue(false, unheard, listened, probeToken), release(false), hold(heldToken))},
-	{name: "wq-woken-mine", holder: probeToken, woken: listened, build: steps(hold(heldToken), queue(false, unheard, listened, probeToken), release(false), hold(probeToken))},
-	{name: "wq-woken-token", woken: probeToken, build: steps(hold(heldToken), queue(false, probeToken, unheard, listened), release(false), unlock)},
-	{name: "fq-held", holder: heldToken, build: steps(hold(heldToken), queue(true, unheard, listened, probeToken))},
-	{name: "fq-mine", holder: probeToken, build: steps(hold(heldToken), queue(true, unheard, listened, probeToken), hold(probeToken))},
-	{name: "fq-free", build: steps(hold(heldToken), queue(true, unheard, listened, probeToken), unlock)},
-	{name: "fq-released", build: steps(hold(heldToken), queue(true, listened, probeToken, unheard), release(true), unlock)},
+	{name: "fq-held", holder: heldToken, build: steps(hold(heldToken), queue(unheard, listened, probeToken))},
+	{name: "fq-mine", holder: probeToken, build: steps(hold(heldToken), queue(unheard, listened, probeToken), hold(probeToken))},
+	{name: "fq-free", build: steps(hold(heldToken), queue(unheard, listened, probeToken), unlock)},
+	{name: "fq-released", build: steps(hold(heldToken), queue(listened, probeToken, unheard), release(), unlock)},
 }
 
 // prober runs scripts on a redis-server that notifies every write of a
@@ -486,13 +454,6 @@ func newProber(t *testing.T, srv *redistest.Server, c redis.Conn) *prober {
 		// judged by what its lock key actually holds.
 		assert.Equal(t, st.holder, holder, "state %s, built by the Node methods: the lock key holds another value: a queue or release method wrote it", st.name)
 		p.holders[st.name] = holder
-		_, wk := node.WakeQueueKeys(k)
-		woken, err := redis.String(c.Do("GET", wk))
-		if errors.Is(err, redis.ErrNil) {
-			err = nil
-		}
-		require.NoError(t, err)
-		assert.Equal(t, st.woken, woken, "state %s: the waiter woken (is anyone listening?)", st.name)
 		keys, err := redis.Strings(c.Do("KEYS", k+"*"))
 		require.NoError(t, err)
 		for _, key := range keys {
@@ -641,9 +602,6 @@ var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key strin
 			return n.Acquire(ctx, key, key+":fence", "t-new", 10*time.Second)
 		},
 	},
-	"wakeacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
-		return n.AcquireQueued(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
-	}},
 	"fairacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
 	}},

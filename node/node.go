@@ -18,8 +18,7 @@ import (
 
 // Node is one independent Redis instance as the lock algorithm sees it: every
 // operation the lock client needs, in one contract — the lock itself, the
-// fence counter, the default mode's wake queue (WakeQueuer), fair mode's queue
-// (Queuer), release notifications (Watcher) and a probe (Ping). Every method
+// fence counter, the waiters' queue (Queuer), release notifications (Watcher) and a probe (Ping). Every method
 // must return by the context's deadline; implementations must be safe for
 // concurrent use. A backend built on another Redis client embeds Scripted,
 // which implements every script operation over one Eval, and adds Name,
@@ -44,7 +43,6 @@ type Node interface {
 	// RaiseFence raises the counter at fenceKey to at least fence, whoever holds
 	// the lock.
 	RaiseFence(ctx context.Context, fenceKey string, fence uint64) error
-	WakeQueuer
 	Queuer
 	Watcher
 	// Ping checks that the node answers, within ctx and the node's timeout
@@ -69,7 +67,7 @@ type Acquired struct {
 	// head (the lock is held), and always 0 for the other acquisitions.
 	Ahead int
 	// Clock is the node's clock (TIME) in µs when it ran a queued
-	// acquisition (AcquireQueued, AcquireFair) or refused an Acquire; 0 for a
+	// acquisition (AcquireFair) or refused an Acquire; 0 for a
 	// granted Acquire, or when the node may not run TIME. A waiter takes its
 	// ticket from the nodes' clocks (see Waiter).
 	Clock int64
@@ -82,7 +80,7 @@ type QueueState int8
 
 const (
 	// NotQueued: the waiter is not queued on the node (a plain Acquire; a
-	// waiter without a ticket yet; a full queue; a waiter that left).
+	// waiter without a ticket yet; a waiter that left).
 	NotQueued QueueState = iota
 	// Queued: the waiter is queued on the node (or was granted the lock).
 	Queued

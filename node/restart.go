@@ -79,7 +79,7 @@ func (e *QuarantineError) Unwrap() error { return ErrQuarantined }
 // ever extended, never shortened. See RestartGuard. A
 // restart closes every open connection, so the first call after it dials and sees
 // the new process before anything reaches it. While quarantined, every call that could grant a lock
-// (Acquire, AcquireQueued, AcquireFair: the scripts whose
+// (Acquire, AcquireFair: the scripts whose
 // Script.Grants is true) returns a *QuarantineError (errors.Is ErrQuarantined)
 // without sending the script, which the
 // lock client counts as a failed vote; Release, Extend and WriteFence work as

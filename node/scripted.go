@@ -27,8 +27,7 @@ type Evaler interface {
 }
 
 // Scripted implements every script operation of a lock node (Acquire,
-// Release, Extend, the fence writes, the wake queue of WakeQueuer, fair mode's
-// queue of Queuer) over an Evaler, so that every
+// Release, Extend, the fence writes, the waiters' queue of Queuer) over an Evaler, so that every
 // backend runs exactly the same scripts with the same arguments, and every
 // script that can grant a lock (Script.Grants) passes the same guards. A
 // backend embeds it and adds Name, Close, Watch and Ping.
@@ -78,37 +77,6 @@ func RaiseFenceCall(fenceKey string, fence uint64) Call {
 	return Call{RaiseFenceScript, []string{fenceKey}, []any{strconv.FormatUint(fence, 10)}}
 }
 
-// AcquireQueuedCall is WakeQueuer.AcquireQueued's call; a waiter the queue
-// cannot hold is ErrInvalidWaiter.
-func AcquireQueuedCall(key, fenceKey, token string, ttl time.Duration, w Waiter) (Call, error) {
-	if err := checkWaiter(w.ID, w.Ticket); err != nil {
-		return Call{}, err
-	}
-	q, wk := WakeQueueKeys(key)
-	return Call{Script{wakeAcquireScript}, []string{key, fenceKey, q, wk},
-		[]any{token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1)}}, nil
-}
-
-// ReleaseQueuedCall is WakeQueuer.ReleaseQueued's call.
-func ReleaseQueuedCall(key, token, waiter string, reserve time.Duration) (Call, error) {
-	if waiter != "" {
-		if err := checkWaiter(waiter, 0); err != nil {
-			return Call{}, err
-		}
-	}
-	q, wk := WakeQueueKeys(key)
-	return Call{Script{wakeReleaseScript}, []string{key, q, wk}, []any{token, waiter, max(reserve.Milliseconds(), 1)}}, nil
-}
-
-// LeaveWakeQueueCall is WakeQueuer.LeaveWakeQueue's call.
-func LeaveWakeQueueCall(key, id string, reserve time.Duration) (Call, error) {
-	if err := checkWaiter(id, 0); err != nil {
-		return Call{}, err
-	}
-	q, wk := WakeQueueKeys(key)
-	return Call{Script{wakeLeaveScript}, []string{key, q, wk}, []any{id, max(reserve.Milliseconds(), 1)}}, nil
-}
-
 // AcquireFairCall is Queuer.AcquireFair's call.
 func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) Call {
 	q, qx := QueueKeys(key)
@@ -128,10 +96,7 @@ func LeaveQueueCall(key, id string) Call {
 	return Call{Script{fairLeaveScript}, []string{q, qx}, []any{id}}
 }
 
-var (
-	_ WakeQueuer = (*Scripted)(nil)
-	_ Queuer     = (*Scripted)(nil)
-)
+var _ Queuer = (*Scripted)(nil)
 
 // run runs c, behind the guards when its script can grant a lock.
 func (s *Scripted) run(ctx context.Context, c Call) (any, error) {
@@ -203,34 +168,6 @@ func (s *Scripted) WriteFence(ctx context.Context, key, fenceKey, token string, 
 // RaiseFence implements Node.
 func (s *Scripted) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
 	_, err := s.flag(ctx, RaiseFenceCall(fenceKey, fence))
-	return err
-}
-
-// AcquireQueued implements WakeQueuer.
-func (s *Scripted) AcquireQueued(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error) {
-	c, err := AcquireQueuedCall(key, fenceKey, token, ttl, w)
-	if err != nil {
-		return Acquired{}, err
-	}
-	return s.acquire(ctx, c)
-}
-
-// ReleaseQueued implements WakeQueuer.
-func (s *Scripted) ReleaseQueued(ctx context.Context, key, token, waiter string, reserve time.Duration) (bool, error) {
-	c, err := ReleaseQueuedCall(key, token, waiter, reserve)
-	if err != nil {
-		return false, err
-	}
-	return s.flag(ctx, c)
-}
-
-// LeaveWakeQueue implements WakeQueuer.
-func (s *Scripted) LeaveWakeQueue(ctx context.Context, key, id string, reserve time.Duration) error {
-	c, err := LeaveWakeQueueCall(key, id, reserve)
-	if err != nil {
-		return err
-	}
-	_, err = s.flag(ctx, c)
 	return err
 }
 

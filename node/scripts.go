@@ -22,7 +22,7 @@ func (s Script) Hash() string { return s.s.hash }
 func (s Script) Keys() int { return s.s.keys }
 
 // Name returns the name of the script's .lua file, without the extension
-// ("acquire", "wakeacquire", …).
+// ("acquire", "fairacquire", …).
 func (s Script) Name() string { return s.s.name }
 
 // LockKey returns the position (1-based) of the lock key among the script's

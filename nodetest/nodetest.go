@@ -10,11 +10,10 @@
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
 // counter only for the holder and never lowers it, RaiseFence for anyone; a
-// node notifies a release made with notify (Watch); the wake queue queues
-// refused waiters and wakes the first one only, on its own channel, reserving
-// the lock for it; fair mode's queue grants only to its head; both queue a
-// waiter only with a ticket within node.TicketBound of the server's clock and
-// report that clock; Ping answers; two
+// node notifies a release made with notify (Watch); the waiters' queue orders
+// refused waiters by ticket, grants only to its head and wakes the head only,
+// on its own channel; it queues a waiter only with a ticket within
+// node.TicketBound of the server's clock and reports that clock; Ping answers; two
 // lock clients over two such nodes exclude each other, fence and hand the lock
 // over; every call returns promptly on a cancelled context and, with
 // WithPause, with an error by its deadline on a server that stopped answering.
@@ -79,7 +78,6 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"WriteFenceOnlyForHolder", s.writeFence},
 		{"RaiseFence", s.raiseFence},
 		{"Watch", s.watch},
-		{"WakeQueue", s.wakeQueue},
 		{"FairQueue", s.fairQueue},
 		{"TicketBound", s.ticketBound},
 		{"Ping", s.ping},
@@ -368,15 +366,6 @@ func calls(n node.Node, k keys, tok string) map[string]func(context.Context) err
 			return err
 		},
 		"RaiseFence": func(c context.Context) error { return n.RaiseFence(c, k.fence, 1) },
-		"AcquireQueued": func(c context.Context) error {
-			_, err := n.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, waiter("calls/1", time.Now().UnixMicro(), 0))
-			return err
-		},
-		"ReleaseQueued": func(c context.Context) error {
-			_, err := n.ReleaseQueued(c, k.lock, tok, "calls/1", time.Millisecond)
-			return err
-		},
-		"LeaveWakeQueue": func(c context.Context) error { return n.LeaveWakeQueue(c, k.lock, "calls/1", time.Millisecond) },
 		"AcquireFair": func(c context.Context) error {
 			_, err := n.AcquireFair(c, k.lock, k.fence, tok, time.Minute, waiter("calls/2", time.Now().UnixMicro(), 0))
 			return err
@@ -530,71 +519,51 @@ func waiter(id string, now, offset int64) node.Waiter {
 	return node.Waiter{ID: id, Ticket: now + offset, Lease: time.Minute}
 }
 
-func (s *suite) wakeQueue(t *testing.T, n node.Node, k keys) {
-	c := ctx(t)
-	now := time.Now().UnixMicro()
-	holder := token()
-	if !acquire(t, n, k, holder, time.Minute).OK {
-		t.Fatal("Acquire on a fresh key refused")
-	}
-	first, second := waiter("first/1", now, 10), waiter("second/1", now, 20)
-	woken, stop, err := n.Watch(c, node.WaiterChannel(k.lock, first.ID))
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	defer stop()
-	drain(woken)
-	// second arrives first, but first's ticket is lower: it goes ahead.
-	for i, w := range []node.Waiter{second, first, second} {
-		a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, w)
-		if err != nil || a.OK || a.Queue != node.Queued || a.Clock == 0 {
-			t.Fatalf("AcquireQueued of %s on a held lock: %+v, %v; want refused, queued, the node's clock", w.ID, a, err)
-		}
-		if want := i / 2; a.Ahead != want {
-			t.Fatalf("AcquireQueued of %s: %d waiters ahead, want %d", w.ID, a.Ahead, want)
-		}
-	}
-	ok, err := n.ReleaseQueued(c, k.lock, holder, "", time.Minute)
-	must(t, "ReleaseQueued", ok, err, true)
-	select {
-	case <-woken:
-	case <-c.Done():
-		t.Fatal("the first waiter was not woken")
-	}
-	// The lock is reserved for the first waiter: the second is refused.
-	if a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, second); err != nil || a.OK {
-		t.Fatalf("AcquireQueued of the second waiter while reserved for the first: %+v, %v", a, err)
-	}
-	tok := token()
-	a, err := n.AcquireQueued(c, k.lock, k.fence, tok, time.Minute, first)
-	if err != nil || !a.OK {
-		t.Fatalf("AcquireQueued of the woken waiter: %+v, %v", a, err)
-	}
-	if err := n.LeaveWakeQueue(c, k.lock, second.ID, time.Minute); err != nil {
-		t.Fatalf("LeaveWakeQueue: %v", err)
-	}
-	ok, err = n.ReleaseQueued(c, k.lock, tok, first.ID, time.Minute)
-	must(t, "ReleaseQueued of the waiter's lock", ok, err, true)
-}
-
 func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	c := ctx(t)
 	now := time.Now().UnixMicro()
-	head, next := waiter("head/1", now, 10), waiter("next/1", now, 20)
+	next, head, second := waiter("next/1", now, 10), waiter("head/1", now, 20), waiter("second/1", now, 30)
 	nextTok := token()
 	if a, err := n.AcquireFair(c, k.lock, k.fence, nextTok, time.Minute, next); err != nil || !a.OK {
 		t.Fatalf("AcquireFair alone in the queue: %+v, %v", a, err)
 	}
-	// next holds the lock and the head of the queue; head queues behind it
-	// (tickets order waiters, the holder keeps its place until it releases).
-	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, head); err != nil || a.OK || a.Queue != node.Queued {
-		t.Fatalf("AcquireFair while held: %+v, %v; want refused and queued", a, err)
+	woken, stop, err := n.Watch(c, node.WaiterChannel(k.lock, head.ID))
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
 	}
-	// next releases: head is woken, and is the only one granted; a newcomer
-	// queued behind it is refused while the lock is free.
+	defer stop()
+	others, stopOthers, err := n.Watch(c, node.WaiterChannel(k.lock, second.ID))
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	defer stopOthers()
+	drain(woken)
+	drain(others)
+	// next holds the lock and stays queued until it releases; second arrives
+	// before head, but head's ticket is lower: it goes ahead (tickets order
+	// waiters).
+	for i, w := range []node.Waiter{second, head, second} {
+		a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, w)
+		if err != nil || a.OK || a.Queue != node.Queued || a.Clock == 0 {
+			t.Fatalf("AcquireFair of %s while held: %+v, %v; want refused, queued, the node's clock", w.ID, a, err)
+		}
+		if want := 1 + i/2; a.Ahead != want {
+			t.Fatalf("AcquireFair of %s: %d waiters ahead, want %d", w.ID, a.Ahead, want)
+		}
+	}
+	// next releases: head is woken (and nobody else), and is the only one
+	// granted; a newcomer queued behind it is refused while the lock is free.
 	ok, err := n.ReleaseFair(c, k.lock, nextTok, next.ID)
 	must(t, "ReleaseFair", ok, err, true)
-	late := waiter("late/1", now, 30)
+	select {
+	case <-woken:
+	case <-c.Done():
+		t.Fatal("the head was not woken")
+	}
+	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, second); err != nil || a.OK {
+		t.Fatalf("AcquireFair of the second waiter, the lock free: %+v, %v; want refused", a, err)
+	}
+	late := waiter("late/1", now, 40)
 	if a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, late); err != nil || a.OK || a.Queue != node.Queued {
 		t.Fatalf("AcquireFair behind the head, the lock free: %+v, %v; want refused and queued", a, err)
 	}
@@ -602,11 +571,18 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	if a, err := n.AcquireFair(c, k.lock, k.fence, headTok, time.Minute, head); err != nil || !a.OK {
 		t.Fatalf("AcquireFair of the head, the lock free: %+v, %v", a, err)
 	}
-	if err := n.LeaveQueue(c, k.lock, late.ID); err != nil {
-		t.Fatalf("LeaveQueue: %v", err)
+	for _, id := range []string{late.ID, second.ID} {
+		if err := n.LeaveQueue(c, k.lock, id); err != nil {
+			t.Fatalf("LeaveQueue: %v", err)
+		}
 	}
 	ok, err = n.ReleaseFair(c, k.lock, headTok, head.ID)
 	must(t, "ReleaseFair of the head's lock", ok, err, true)
+	select {
+	case <-others:
+		t.Fatal("a waiter that left was woken")
+	default:
+	}
 }
 
 func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
@@ -619,15 +595,15 @@ func (s *suite) ticketBound(t *testing.T, n node.Node, k keys) {
 		offset time.Duration
 		want   node.QueueState
 	}{{-time.Hour, node.TicketRefused}, {time.Hour, node.TicketRefused}, {0, node.Queued}} {
-		a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
+		a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, waiter("w/"+tc.offset.String(), now, tc.offset.Microseconds()))
 		if err != nil || a.OK || a.Queue != tc.want || a.Clock == 0 {
-			t.Fatalf("AcquireQueued with a ticket %v off: %+v, %v; want %v and the node's clock", tc.offset, a, err, tc.want)
+			t.Fatalf("AcquireFair with a ticket %v off: %+v, %v; want %v and the node's clock", tc.offset, a, err, tc.want)
 		}
 	}
 	// A waiter without a ticket is not queued, and learns the clock.
-	a, err := n.AcquireQueued(c, k.lock, k.fence, token(), time.Minute, waiter("none/1", 0, 0))
+	a, err := n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, waiter("none/1", 0, 0))
 	if err != nil || a.OK || a.Queue != node.NotQueued || a.Clock == 0 {
-		t.Fatalf("AcquireQueued without a ticket: %+v, %v; want not queued, and the node's clock", a, err)
+		t.Fatalf("AcquireFair without a ticket: %+v, %v; want not queued, and the node's clock", a, err)
 	}
 }
 

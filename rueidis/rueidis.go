@@ -40,7 +40,7 @@ import (
 )
 
 // Node is a node.Node over a rueidis client, with every operation of the
-// core's nodes (node.Scripted: the same scripts, the wake queue, fair mode's
+// core's nodes (node.Scripted: the same scripts, the waiters'
 // queue) and Watch and Ping. It is safe for concurrent use.
 type Node struct {
 	node.Scripted
@@ -55,10 +55,9 @@ type Node struct {
 }
 
 var (
-	_ node.Node       = (*Node)(nil)
-	_ node.Watcher    = (*Node)(nil)
-	_ node.WakeQueuer = (*Node)(nil)
-	_ node.Queuer     = (*Node)(nil)
+	_ node.Node    = (*Node)(nil)
+	_ node.Watcher = (*Node)(nil)
+	_ node.Queuer  = (*Node)(nil)
 )
 
 // Option configures New.
@@ -283,8 +282,7 @@ func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), 
 		for backoff := 50 * time.Millisecond; wctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
 			// On a Cluster, subscribe on the master of the channel's slot (the
 			// lock key's: the channels carry its hash tag), where the scripts
-			// PUBLISH: the wake queue counts a waiter nobody listens for on
-			// that master as gone.
+			// PUBLISH: a waiter listening elsewhere would miss its wake-ups.
 			sub := n.c.B().Subscribe().Channel(key).Build().SetSlot(key)
 			_ = n.c.Receive(hctx, sub, func(rd.PubSubMessage) { w.poke() })
 			if wctx.Err() != nil {

@@ -154,15 +154,14 @@ func TestSimRestartQuarantineSensitivity(t *testing.T) {
 	}
 }
 
-// TestSimRestartQuarantineQueues: the guarded schedules reach the nodes' queues:
-// the wake queue's acquisitions (default-mode waiters, queued once refused)
-// and fair mode's, besides plain acquisitions, in the first 60 seeds' message
-// logs.
+// TestSimRestartQuarantineQueues: the guarded schedules reach the nodes'
+// waiters' queue (default-mode waiters, queued once refused, and fair mode's),
+// besides plain acquisitions, in the first 60 seeds' message logs.
 func TestSimRestartQuarantineQueues(t *testing.T) {
 	counts := map[string]int{}
 	for seed := uint64(1); seed <= 60; seed++ {
 		tl := runOne(t, sim.Generate(seed, quarantineProfile), true).History.Timeline()
-		for _, name := range []string{"acquire", "wakeacquire", "fairacquire", "wakerelease", "fairrelease"} {
+		for _, name := range []string{"acquire", "fairacquire", "fairrelease"} {
 			counts[name] += strings.Count(tl, " "+name+" redlock:{r}")
 		}
 	}

@@ -85,7 +85,7 @@ type Profile struct {
 	// catches it.
 	QuarantineFor time.Duration
 	// Paths makes each session take the lock by a path drawn from the seed:
-	// TryLock, Lock (waiting, through the nodes' wake queues when refused),
+	// TryLock, Lock (waiting, through the nodes' waiters' queue when refused),
 	// LockMulti or DoMulti; and a third of the schedules run every client in
 	// fair mode (redlock.WithFair). Without it, sessions use TryLock only.
 	Paths bool

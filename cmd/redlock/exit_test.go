@@ -199,7 +199,7 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	done := startRunCLI("run", "--nodes", nodesFlag(servers), "--wait", "60s", "job", "--", "touch", marker)
 	// Refused, the waiter queues on the nodes for the holder's release: it is
 	// waiting then, with its signal handler in place.
-	queue, _ := node.WakeQueueKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "job"))
+	queue, _ := node.QueueKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "job"))
 	require.Eventually(t, func() bool { return len(servers[0].Keys(queue)) == 1 }, 30*time.Second, 5*time.Millisecond,
 		"redlock run did not start waiting")
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))

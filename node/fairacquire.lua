@@ -71,7 +71,7 @@ if ahead > 0 then
   -- it): wake it again, as fairrelease.lua does.
   if redis.call('EXISTS', KEYS[1]) == 0 then
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)
-    redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
+    redis.pcall('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
   end
   return {0, f, present, ahead, nowus, 1}
 end

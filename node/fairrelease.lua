@@ -36,8 +36,8 @@ if held then
   deleted = 1
 end
 if head[1] then
-  redis.call('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
+  redis.pcall('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
 else
-  redis.call('PUBLISH', KEYS[1], 'released')
+  redis.pcall('PUBLISH', KEYS[1], 'released')
 end
 return deleted

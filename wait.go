@@ -124,6 +124,9 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err
 	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
+	if w.lc.waiter != nil && w.last.Failed > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+		w.yieldPlace()
+	}
 	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
@@ -135,6 +138,17 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	}
 	// Not queued for its ticket: at once with one from the nodes' clocks.
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
+}
+
+// yieldPlace gives up the call's place in the nodes' queues after an attempt
+// that failed on so many nodes that it could not have won: a waiter that
+// reaches fewer than a majority would otherwise keep the head of the nodes
+// it reaches, where no waiter behind it can be granted (head-only), for as
+// long as it waits. Its next attempt takes a new place, from the nodes'
+// clocks, behind the waiters queued meanwhile (docs/safety.md).
+func (w *waiting) yieldPlace() {
+	w.c.leaveQueue(w.c.lockKey(w.resource), w.lc.waiter, false)
+	w.lc.waiter = w.c.newWaiter(*w.lc, 0)
 }
 
 // wait waits for a release notification, this client's release, or the

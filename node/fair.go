@@ -18,7 +18,7 @@ var fairReleaseSrc string
 
 var (
 	fairAcquireScript = newGrantScript("fairacquire", 4, 1, fairAcquireSrc)
-	fairLeaveScript   = newScript("fairleave", 2, 0, fairLeaveSrc)
+	fairLeaveScript   = newScript("fairleave", 3, 1, fairLeaveSrc)
 	fairReleaseScript = newScript("fairrelease", 3, 1, fairReleaseSrc)
 )
 
@@ -55,7 +55,8 @@ type Queuer interface {
 	// out. A waiter that left cannot queue again for a few seconds: its late
 	// attempts are refused.
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
-	// LeaveQueue removes the waiter id from key's queue.
+	// LeaveQueue removes the waiter id from key's queue; one that leaves
+	// from the head while key is free wakes the new head.
 	LeaveQueue(ctx context.Context, key, id string) error
 	// ReleaseFair deletes key if it still holds token, as Release does, and
 	// reports whether it did; when key is free afterwards it wakes the head

@@ -158,8 +158,13 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	assert.True(t, f.release("t-holder", "holder"))
 	assert.Equal(t, []string{node.WaiterChannel(key, "b")}, published(), "the holder left the head")
 
-	// A waiter named group/rest is told on its group's channel.
+	// b leaves from the head, the lock free: it passes its turn on to c (a
+	// waiter woken that gives up would otherwise leave the next one to its
+	// poll).
 	require.NoError(t, n.LeaveQueue(ctx, key, "b"))
+	assert.Equal(t, []string{node.WaiterChannel(key, "c")}, published(), "the head left: the next one woken")
+
+	// A waiter named group/rest is told on its group's channel.
 	a = f.acquire("t-g", waiter("g/1", 5))
 	require.True(t, a.OK)
 	assert.True(t, f.release("t-g", "g/1"))
@@ -172,6 +177,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 
 	require.NoError(t, n.LeaveQueue(ctx, key, "g/2"))
 	require.NoError(t, n.LeaveQueue(ctx, key, "c"))
+	assert.Empty(t, published(), "nobody left to wake")
 	assert.False(t, f.release("t-holder", ""))
 	assert.Equal(t, []string{key}, published(), "the key is free and nobody is queued")
 

@@ -1,11 +1,22 @@
 -- Leave the waiters' queue (the waiter got the lock, or gave up).
--- KEYS[1] queue, KEYS[2] waiters' leases (see fairacquire.lua); ARGV[1] waiter id.
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] waiters' leases (see
+-- fairacquire.lua); ARGV[1] waiter id.
 -- Returns 1 if the waiter was queued, else 0.
 -- The waiter's attempts that reach the node after this are refused and do not
--- queue it again: '-' .. id stays in the leases' set for 5 s.
-redis.call('ZREM', KEYS[2], ARGV[1])
+-- queue it again: '-' .. id stays in the leases' set for 5 s. A waiter that
+-- leaves from the head while the lock is free passes its turn on: the new head
+-- is woken (a release may have woken the one leaving, which will not try).
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+redis.call('ZREM', KEYS[3], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], now + 5000, '-' .. ARGV[1])
-if redis.call('PTTL', KEYS[2]) < 5000 then redis.call('PEXPIRE', KEYS[2], 5000) end
-return redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[3], now + 5000, '-' .. ARGV[1])
+if redis.call('PTTL', KEYS[3]) < 5000 then redis.call('PEXPIRE', KEYS[3], 5000) end
+local left = redis.call('ZREM', KEYS[2], ARGV[1])
+if left == 1 and head[1] == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  local next = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if next[1] then
+    redis.pcall('PUBLISH', KEYS[1] .. ':w:' .. string.match(next[1], '^[^/]*'), 'released')
+  end
+end
+return left

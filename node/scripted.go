@@ -93,7 +93,7 @@ func ReleaseFairCall(key, token, waiter string) Call {
 // LeaveQueueCall is Queuer.LeaveQueue's call.
 func LeaveQueueCall(key, id string) Call {
 	q, qx := QueueKeys(key)
-	return Call{Script{fairLeaveScript}, []string{q, qx}, []any{id}}
+	return Call{Script{fairLeaveScript}, []string{key, q, qx}, []any{id}}
 }
 
 var _ Queuer = (*Scripted)(nil)

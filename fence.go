@@ -14,6 +14,7 @@ import (
 var (
 	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (wiped nodes are not trusted until repaired)")
 	errCounterExhausted = errors.New("fence counter at its maximum")
+	errLeaseOver        = errors.New("the lease ran out before the token was written back: nothing sent")
 	errCounterFound     = errors.New("fence counter found at write-back on a node after the acquisition saw none anywhere (the resource was fenced meanwhile, or a node lost its counter): the first token is not taken")
 )
 
@@ -35,9 +36,14 @@ func WithFence() LockOption {
 // network delays, provided no node loses its counter (docs/fencing.md). A node
 // that granted the lock without a counter while other nodes have one is not
 // trusted for the write-back, and is repaired once the token is established.
+// When no node reported a counter, the first token is created only where no
+// counter exists by the write-back, and only if none does on any node that
+// answers.
 //
-// Fence fails with ErrLockLost when the write-back cannot reach a majority of
-// nodes that still hold the lock, and with ErrUnavailable when ctx ends first.
+// Fence fails with ErrLockLost when the lease has run out (Until has passed:
+// nothing is sent), when the write-back cannot reach a majority of nodes that
+// still hold the lock, or finds a counter where the acquisition saw none; and
+// with ErrUnavailable when ctx ends first.
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
@@ -59,6 +65,14 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 	}
 	if l.isReleased() {
 		return 0, l.c.failed("fence", l.resource, ErrLockLost, errReleased)
+	}
+	// Past Until the write-back may still find the keys (Until keeps a drift
+	// margin), but its plan may be older than tokens taken since, and its
+	// raises and creations would give a node that lost its counter one below
+	// a token it had accepted: a rolled-back counter, trusted and undetected
+	// (docs/fencing.md §6). Nothing is sent.
+	if !l.c.cfg.clock.Now().Before(l.Until()) {
+		return 0, l.c.failed("fence", l.resource, ErrLockLost, errLeaseOver)
 	}
 	token, eligible, suspect, fresh, err := l.planFence(ctx)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 var (
 	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (wiped nodes are not trusted until repaired)")
 	errCounterExhausted = errors.New("fence counter at its maximum")
+	errLeaseOver        = errors.New("the lease ran out before the token was written back: nothing sent")
+	errCounterFound     = errors.New("fence counter found at write-back on a node after the acquisition saw none anywhere (the resource was fenced meanwhile, or a node lost its counter): the first token is not taken")
 )
 
 // WithFence makes Lock and TryLock obtain the fencing token before returning, so
@@ -34,9 +36,14 @@ func WithFence() LockOption {
 // network delays, provided no node loses its counter (docs/fencing.md). A node
 // that granted the lock without a counter while other nodes have one is not
 // trusted for the write-back, and is repaired once the token is established.
+// When no node reported a counter, the first token is created only where no
+// counter exists by the write-back, and only if none does on any node that
+// answers.
 //
-// Fence fails with ErrLockLost when the write-back cannot reach a majority of
-// nodes that still hold the lock, and with ErrUnavailable when ctx ends first.
+// Fence fails with ErrLockLost when the lease has run out (Until has passed:
+// nothing is sent), when the write-back cannot reach a majority of nodes that
+// still hold the lock, or finds a counter where the acquisition saw none; and
+// with ErrUnavailable when ctx ends first.
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
@@ -59,11 +66,23 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 	if l.isReleased() {
 		return 0, l.c.failed("fence", l.resource, ErrLockLost, errReleased)
 	}
-	token, eligible, suspect, err := l.planFence(ctx)
+	// Past Until the write-back may still find the keys (Until keeps a drift
+	// margin), but its plan may be older than tokens taken since, and its
+	// raises and creations would give a node that lost its counter one below
+	// a token it had accepted: a rolled-back counter, trusted and undetected
+	// (docs/fencing.md §6). Nothing is sent.
+	if !l.c.cfg.clock.Now().Before(l.Until()) {
+		return 0, l.c.failed("fence", l.resource, ErrLockLost, errLeaseOver)
+	}
+	token, eligible, suspect, fresh, err := l.planFence(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if err := l.writeFence(ctx, token, eligible, suspect); err != nil {
+	write := l.writeFence
+	if fresh {
+		write = l.createFence
+	}
+	if err := write(ctx, token, eligible, suspect); err != nil {
 		return 0, err
 	}
 	l.fence = token
@@ -74,28 +93,29 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 // planFence decides the token and the trusted nodes from the acquisition's
 // replies so far; when they are not enough to trust a token (no counter seen: a
 // fresh resource or wiped nodes; or too few trusted grants), it hears from every
-// node first.
-func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect []int, err error) {
+// node first. fresh is true when no reply had a counter: the token (1) is then
+// written back by createFence.
+func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect []int, fresh bool, err error) {
 	c := l.c
-	token, eligible, suspect, ok := l.fencePlan(l.acquire.Replies())
+	token, eligible, suspect, fresh, ok := l.fencePlan(l.acquire.Replies())
 	if !ok {
 		select {
 		case <-l.acquire.Settled():
 		case <-ctx.Done():
-			return 0, nil, nil, c.failed("fence", l.resource, ErrUnavailable, ctx.Err())
+			return 0, nil, nil, false, c.failed("fence", l.resource, ErrUnavailable, ctx.Err())
 		}
-		token, eligible, suspect, _ = l.fencePlan(l.acquire.Replies())
+		token, eligible, suspect, fresh, _ = l.fencePlan(l.acquire.Replies())
 	}
 	if token == 0 {
-		return 0, nil, nil, c.failed("fence", l.resource, ErrLockLost, errCounterExhausted)
+		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, errCounterExhausted)
 	}
 	for _, i := range suspect {
 		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
 	}
 	if len(eligible) < quorum.Majority(len(c.nodes)) {
-		return 0, nil, nil, c.failed("fence", l.resource, ErrLockLost, errCounterMissing)
+		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, errCounterMissing)
 	}
-	return token, eligible, suspect, nil
+	return token, eligible, suspect, fresh, nil
 }
 
 // writeFence is one round trip to every node: the trusted nodes write token back
@@ -142,13 +162,80 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 	return nil
 }
 
+// createFence is writeFence for the first token of a resource, when no reply
+// of the plan had a counter. That is a fresh resource only if no node had one at
+// once, and the replies were read at different times (the acquisition's,
+// stragglers included: possibly long before): another grant may have fenced the
+// resource since, on nodes that then answered here without a counter, and one of
+// which may since have lost it. So every node is asked to create the counter
+// only where none exists (whoever holds the lock), and the token is taken only
+// if every node answered or failed, none had a counter, and a majority of the
+// trusted nodes still held the lock. Of two grants that both planned a fresh
+// resource, the second to reach a node that both write finds the other's counter
+// there unless the node lost it in between; the first token can be taken twice
+// only if every node loses its counter while the two write-backs are in flight
+// (docs/fencing.md §6).
+func (l *Lock) createFence(ctx context.Context, token uint64, eligible, _ []int) error {
+	c := l.c
+	trusted := make([]bool, len(c.nodes))
+	for _, i := range eligible {
+		trusted[i] = true
+	}
+	call := round[bool]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
+		owner := ""
+		if trusted[i] {
+			owner = l.token
+		}
+		held, existed, err := n.CreateFence(ctx, l.key, l.fenceKey, owner, token)
+		return existed, held, err
+	}}.start(ctx, c)
+	o := call.Wait(ctx)
+	if o.Decided {
+		select {
+		case <-call.Settled():
+			o.Replies = call.Replies()
+		case <-ctx.Done():
+			o.Decided = false
+		}
+	}
+	if !o.Decided {
+		return call.fail(ctx, l.resource, ErrUnavailable, o, nil)
+	}
+	o.Yes, o.No, o.Failed = 0, 0, 0
+	found := false
+	for i, r := range o.Replies {
+		switch {
+		case r.Done && r.Err == nil && r.Value:
+			found = true
+			c.log(ctx, slog.LevelWarn, "fence counter found where the acquisition saw none: first token not taken", l.key, l.token, "node", c.nodes[i].Name())
+			o.No++
+		case r.Yes():
+			o.Yes++
+		case r.Err != nil:
+			o.Failed++
+		case r.Done:
+			o.No++
+		}
+	}
+	if found {
+		qe := call.fail(ctx, l.resource, ErrLockLost, o, nil)
+		qe.Cause = errCounterFound
+		return qe
+	}
+	if o.Yes < o.Need {
+		return call.fail(ctx, l.resource, ErrLockLost, o, nil)
+	}
+	return nil
+}
+
 // fencePlan computes, from the acquisition's replies, the token (1 + the largest
 // counter any node reported; 0 if that would overflow), the nodes trusted for
 // the write-back (they granted the lock, and have a counter unless no node has
-// one) and the suspects (they granted the lock without a counter while another
-// node has one). ok is false when the plan should wait for every node: no
-// counter was seen, or too few nodes are trusted.
-func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, eligible, suspect []int, ok bool) {
+// one), the suspects (they granted the lock without a counter while another
+// node has one) and whether no node reported a counter (fresh). ok is false
+// when the plan should wait for every node: no counter was seen, or too few
+// nodes are trusted.
+func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, eligible, suspect []int, fresh, ok bool) {
 	present := anyCounter(replies)
 	var maxF uint64
 	for _, r := range replies {
@@ -168,7 +255,7 @@ func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, e
 			eligible = append(eligible, i)
 		}
 	}
-	return token, eligible, suspect, present && len(eligible) >= quorum.Majority(len(replies))
+	return token, eligible, suspect, !present, present && len(eligible) >= quorum.Majority(len(replies))
 }
 
 func anyCounter(replies []quorum.Reply[node.Acquired]) bool {

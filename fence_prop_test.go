@@ -3,10 +3,14 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -27,6 +31,8 @@ type memNode struct {
 	// interface.
 	node.Node
 	name  string
+	idx   int
+	net   *memNet // nil: every call lands at once
 	clk   *clock.Fake
 	mu    sync.Mutex
 	down  bool
@@ -52,12 +58,156 @@ type writeBack struct {
 }
 
 type writeLog struct {
-	mu  sync.Mutex
-	all []writeBack
+	mu    sync.Mutex
+	all   []writeBack
+	trace []string          // what happened, in order, for a failure's report
+	names map[string]string // owner token -> short name (L0, L1, ...)
 }
 
-func newMemNode(name string, clk *clock.Fake, log *writeLog) *memNode {
-	return &memNode{name: name, clk: clk, keys: map[string]memEntry{}, fence: map[string]uint64{}, log: log}
+// name returns a short name for an owner token; w.mu must be held.
+func (w *writeLog) name(owner string) string {
+	if w.names == nil {
+		w.names = map[string]string{}
+	}
+	n, ok := w.names[owner]
+	if !ok {
+		n = fmt.Sprintf("L%d", len(w.names))
+		w.names[owner] = n
+	}
+	return n
+}
+
+// event appends a line to the trace; owner, if not empty, is named as %[1]s.
+func (w *writeLog) event(owner, format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if owner != "" {
+		args = append([]any{w.name(owner)}, args...)
+	}
+	w.trace = append(w.trace, fmt.Sprintf(format, args...))
+}
+
+func newMemNode(name string, idx int, clk *clock.Fake, log *writeLog) *memNode {
+	return &memNode{name: name, idx: idx, clk: clk, keys: map[string]memEntry{}, fence: map[string]uint64{}, log: log}
+}
+
+// memNet makes the in-memory nodes' stragglers part of the seeded schedule. The
+// client calls the nodes from goroutines of its own, so that which call lands
+// first on a node, and whether a call lands before the next step, would
+// otherwise depend on goroutine scheduling. Instead, every call lands at once,
+// and the schedule runs in a synctest bubble that waits after each step until
+// every call has landed (synctest.Wait); except that, during a step, the
+// schedule may hold a node's link: the calls sent to it then land at a later
+// step, chosen from the seed, in the order they were sent (a command already
+// on the wire executes even if the client gave up on it: the caller sees its
+// timeout, the node still runs it).
+type memNet struct {
+	mu    sync.Mutex
+	step  int
+	until []int // per node: calls sent now are held until this step (0: not held)
+	sent  []int // per node: calls held so far (their order on the node)
+	held  []*heldCall
+}
+
+type heldCall struct {
+	node, due, seq int
+	sent           int // the step
+	what           string
+	apply          func()
+}
+
+func newMemNet(n int) *memNet { return &memNet{until: make([]int, n), sent: make([]int, n)} }
+
+// hold sets the current step and, for each node, the step until which calls
+// sent to it are held (0: they land at once).
+func (nt *memNet) hold(step int, until []int) {
+	nt.mu.Lock()
+	nt.step = step
+	copy(nt.until, until)
+	nt.mu.Unlock()
+}
+
+// deliver runs, in order, the held calls due by step (all of them if step < 0),
+// letting each one's consequences (replies, releases of stragglers) settle
+// before the next. It must run in the bubble's main goroutine.
+func (nt *memNet) deliver(step int, log *writeLog) {
+	for nt.deliverOne(step, log) {
+	}
+}
+
+// deliverOne runs the first held call due by step (any if step < 0), lets its
+// consequences settle, and reports whether there was one.
+func (nt *memNet) deliverOne(step int, log *writeLog) bool {
+	nt.mu.Lock()
+	sort.Slice(nt.held, func(i, j int) bool {
+		a, b := nt.held[i], nt.held[j]
+		if a.due != b.due {
+			return a.due < b.due
+		}
+		if a.node != b.node {
+			return a.node < b.node
+		}
+		return a.seq < b.seq
+	})
+	if len(nt.held) == 0 || (step >= 0 && nt.held[0].due > step) {
+		nt.mu.Unlock()
+		return false
+	}
+	h := nt.held[0]
+	nt.held = nt.held[1:]
+	nt.mu.Unlock()
+	log.event("", "  n%d: held %s (sent at step %d) lands", h.node, h.what, h.sent)
+	h.apply()
+	synctest.Wait()
+	return true
+}
+
+// deliverFirst runs the held call that is due first, if any, and lets its
+// consequences settle.
+func (nt *memNet) deliverFirst(log *writeLog) {
+	nt.mu.Lock()
+	if len(nt.held) == 0 {
+		nt.mu.Unlock()
+		return
+	}
+	due := nt.held[0].due
+	for _, h := range nt.held {
+		due = min(due, h.due)
+	}
+	nt.mu.Unlock()
+	nt.deliverOne(due, log)
+}
+
+// memCall runs f on m: at once, or, if m's link is held, when the schedule
+// delivers it; the caller gives up when ctx ends (the call still lands).
+func memCall[T any](ctx context.Context, m *memNode, what string, f func() (T, error)) (T, error) {
+	nt := m.net
+	if nt == nil {
+		return f()
+	}
+	nt.mu.Lock()
+	due := nt.until[m.idx]
+	if due == 0 {
+		nt.mu.Unlock()
+		return f()
+	}
+	var (
+		v    T
+		err  error
+		done = make(chan struct{})
+	)
+	nt.sent[m.idx]++
+	nt.held = append(nt.held, &heldCall{node: m.idx, due: due, seq: nt.sent[m.idx], sent: nt.step, what: what,
+		apply: func() { v, err = f(); close(done) }})
+	nt.mu.Unlock()
+	m.log.event("", "  %s: %s held until step %d", m.name, what, due)
+	select {
+	case <-done:
+		return v, err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 var errDown = errors.New("node down")
@@ -80,78 +230,140 @@ func (m *memNode) live(key string) (memEntry, bool) {
 	return e, ok
 }
 
-func (m *memNode) Acquire(_ context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return node.Acquired{}, errDown
+// counter describes a fence counter for the trace.
+func counter(f uint64, has bool) string {
+	if !has {
+		return "none"
 	}
-	f, has := m.fence[fenceKey]
-	if _, held := m.live(key); held {
-		return node.Acquired{Fence: f, HasFence: has}, nil
-	}
-	m.win++
-	m.keys[key] = memEntry{val: token, exp: m.clk.Now().Add(ttl), window: m.win}
-	return node.Acquired{OK: true, Fence: f, HasFence: has}, nil
+	return fmt.Sprint(f)
 }
 
-func (m *memNode) Release(_ context.Context, key, token string, _ bool) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return false, errDown
-	}
-	if e, ok := m.live(key); ok && e.val == token {
-		delete(m.keys, key)
-		return true, nil
-	}
-	return false, nil
+func (m *memNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	return memCall(ctx, m, "acquire", func() (node.Acquired, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return node.Acquired{}, errDown
+		}
+		f, has := m.fence[fenceKey]
+		if _, held := m.live(key); held {
+			m.log.event(token, "  %[2]s: acquire %[1]s refused, counter %[3]s", m.name, counter(f, has))
+			return node.Acquired{Fence: f, HasFence: has}, nil
+		}
+		m.win++
+		m.keys[key] = memEntry{val: token, exp: m.clk.Now().Add(ttl), window: m.win}
+		m.log.event(token, "  %[2]s: acquire %[1]s granted (window %[3]d), counter %[4]s", m.name, m.win, counter(f, has))
+		return node.Acquired{OK: true, Fence: f, HasFence: has}, nil
+	})
 }
 
-func (m *memNode) Extend(_ context.Context, key, token string, ttl time.Duration) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return false, errDown
-	}
-	if e, ok := m.live(key); ok && e.val == token {
-		e.exp = m.clk.Now().Add(ttl)
-		m.keys[key] = e
-		return true, nil
-	}
-	return false, nil
+func (m *memNode) Release(ctx context.Context, key, token string, _ bool) (bool, error) {
+	return memCall(ctx, m, "release", func() (bool, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return false, errDown
+		}
+		e, ok := m.live(key)
+		ok = ok && e.val == token
+		m.log.event(token, "  %[2]s: release %[1]s: %[3]v", m.name, ok)
+		if ok {
+			delete(m.keys, key)
+		}
+		return ok, nil
+	})
 }
 
-func (m *memNode) WriteFence(_ context.Context, key, fenceKey, token string, f uint64) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return false, errDown
-	}
-	e, ok := m.live(key)
-	if !ok || e.val != token {
+func (m *memNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return memCall(ctx, m, "extend", func() (bool, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return false, errDown
+		}
+		if e, ok := m.live(key); ok && e.val == token {
+			e.exp = m.clk.Now().Add(ttl)
+			m.keys[key] = e
+			return true, nil
+		}
 		return false, nil
-	}
-	m.fence[fenceKey] = max(m.fence[fenceKey], f)
-	m.log.mu.Lock()
-	m.log.all = append(m.log.all, writeBack{node: m.name, window: e.window, owner: token, token: f})
-	m.log.mu.Unlock()
-	return true, nil
+	})
 }
 
-func (m *memNode) RaiseFence(_ context.Context, fenceKey string, f uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.down {
-		return errDown
-	}
-	m.fence[fenceKey] = max(m.fence[fenceKey], f)
-	return nil
+func (m *memNode) WriteFence(ctx context.Context, key, fenceKey, token string, f uint64) (bool, error) {
+	return memCall(ctx, m, "write-back", func() (bool, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return false, errDown
+		}
+		e, ok := m.live(key)
+		cur, has := m.fence[fenceKey]
+		if !ok || e.val != token {
+			m.log.event(token, "  %[2]s: write-back of %[3]d by %[1]s refused (not the holder), counter %[4]s", m.name, f, counter(cur, has))
+			return false, nil
+		}
+		m.fence[fenceKey] = max(cur, f)
+		m.log.event(token, "  %[2]s: write-back of %[3]d by %[1]s in window %[4]d, counter %[5]s -> %[6]d", m.name, f, e.window, counter(cur, has), m.fence[fenceKey])
+		m.log.mu.Lock()
+		m.log.all = append(m.log.all, writeBack{node: m.name, window: e.window, owner: token, token: f})
+		m.log.mu.Unlock()
+		return true, nil
+	})
+}
+
+func (m *memNode) RaiseFence(ctx context.Context, fenceKey string, f uint64) error {
+	_, err := memCall(ctx, m, "raise", func() (struct{}, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return struct{}{}, errDown
+		}
+		cur, has := m.fence[fenceKey]
+		m.fence[fenceKey] = max(cur, f)
+		m.log.event("", "  %s: raise to %d, counter %s -> %d", m.name, f, counter(cur, has), m.fence[fenceKey])
+		return struct{}{}, nil
+	})
+	return err
+}
+
+func (m *memNode) CreateFence(ctx context.Context, key, fenceKey, token string, f uint64) (held, existed bool, err error) {
+	type created struct{ held, existed bool }
+	r, err := memCall(ctx, m, "create", func() (created, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return created{}, errDown
+		}
+		by := "a node that did not grant the lock"
+		if token != "" {
+			m.log.mu.Lock()
+			by = m.log.name(token)
+			m.log.mu.Unlock()
+		}
+		if cur, has := m.fence[fenceKey]; has {
+			m.log.event("", "  %s: create of %d for %s: counter %d exists", m.name, f, by, cur)
+			return created{existed: true}, nil
+		}
+		m.fence[fenceKey] = f
+		e, ok := m.live(key)
+		if token == "" || !ok || e.val != token {
+			m.log.event("", "  %s: create of %d for %s (not the holder), counter none -> %d", m.name, f, by, f)
+			return created{}, nil
+		}
+		m.log.event("", "  %s: create of %d by %s in window %d, counter none -> %d", m.name, f, by, e.window, f)
+		m.log.mu.Lock()
+		m.log.all = append(m.log.all, writeBack{node: m.name, window: e.window, owner: token, token: f})
+		m.log.mu.Unlock()
+		return created{held: true}, nil
+	})
+	return r.held, r.existed, err
 }
 
 func (m *memNode) set(down bool) { m.mu.Lock(); m.down = down; m.mu.Unlock() }
 
 func (m *memNode) wipe() {
+	m.log.event("", "  %s: wiped (lock key and counter lost)", m.name)
 	m.mu.Lock()
 	m.keys = map[string]memEntry{}
 	m.fence = map[string]uint64{}
@@ -200,17 +412,59 @@ func checkFences(grants []grant, log *writeLog) error {
 	return nil
 }
 
-// runFenceSchedule drives clients through one random schedule. wipes allows a
-// node to lose its data (at most one node without its counter at a time, all
-// nodes answering: the documented condition for detecting a wiped node).
-func runFenceSchedule(t *testing.T, seed uint64, n int, wipes bool) ([]grant, *writeLog) {
+var (
+	flagFenceSeed  = flag.Uint64("fence.seed", 0, "TestFenceProperty: replay only this seed, and log its trace")
+	flagFenceSeeds = flag.Int("fence.seeds", 0, "TestFenceProperty: seeds per case (default 400, 50 with -short)")
+)
+
+// runOp runs op, a call of the client, in a goroutine of the bubble and returns
+// once it has returned and every call it sent has landed, except those the
+// schedule holds. A held call that op waits for lands (earliest first) once op
+// has been blocked for 2 ms of the bubble's time: long enough for the timers of
+// op (the write-back's grace for the other nodes: 1 ms, as long as the majority
+// took, here 0) to run out, much shorter than a node call's timeout (the TTL), so
+// that every node answers.
+func runOp(nt *memNet, log *writeLog, op func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); op() }()
+	for {
+		synctest.Wait()
+		select {
+		case <-done:
+			return
+		default:
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-done:
+			return
+		default:
+		}
+		nt.deliverFirst(log)
+	}
+}
+
+// runFenceSchedule drives clients through one random schedule, in a synctest
+// bubble so that the seed decides everything, stragglers included (memNet).
+// wipes allows a node to lose its data (at most one node without its counter at
+// a time, all nodes answering: the documented condition for detecting a wiped
+// node).
+func runFenceSchedule(t *testing.T, seed uint64, n int, wipes bool) (grants []grant, log *writeLog) {
+	synctest.Test(t, func(t *testing.T) { grants, log = fenceSchedule(t, seed, n, wipes) })
+	return grants, log
+}
+
+func fenceSchedule(t *testing.T, seed uint64, n int, wipes bool) ([]grant, *writeLog) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	log := &writeLog{}
+	nt := newMemNet(n)
 	nodes := make([]*memNode, n)
 	ifaces := make([]node.Node, n)
 	for i := range nodes {
-		nodes[i] = newMemNode(fmt.Sprintf("n%d", i), clk, log)
+		nodes[i] = newMemNode(fmt.Sprintf("n%d", i), i, clk, log)
+		nodes[i].net = nt
 		ifaces[i] = nodes[i]
 	}
 	const ttl = 100 * time.Millisecond
@@ -221,30 +475,64 @@ func runFenceSchedule(t *testing.T, seed uint64, n int, wipes bool) ([]grant, *w
 	holders := make([]*redlock.Lock, 3)
 	var grants []grant
 	wiped := -1
+	until := make([]int, n)
 	for step := 0; step < 60; step++ {
+		log.event("", "step %d", step)
+		nt.hold(step, make([]int, n))
+		nt.deliver(step, log)
 		// Outages: only when wipes are off (a wiped node must be detectable).
-		for _, nd := range nodes {
-			nd.set(!wipes && rng.IntN(100) < 20)
+		var down []string
+		for i, nd := range nodes {
+			d := !wipes && rng.IntN(100) < 20
+			nd.set(d)
+			if d {
+				down = append(down, nd.name)
+			}
+			// Stragglers: calls sent to this node during the step land
+			// 1 to 12 steps later (with at most 5, 20 000 seeds never
+			// found the late grant on a wiped node that 1 run in 20
+			// hit by goroutine scheduling alone: it takes 5 steps).
+			until[i] = 0
+			if rng.IntN(100) < 10 {
+				until[i] = step + 1 + rng.IntN(12)
+			}
 		}
+		if len(down) > 0 {
+			log.event("", "  down: %s", strings.Join(down, " "))
+		}
+		nt.hold(step, until)
 		who := rng.IntN(len(holders))
 		switch op := rng.IntN(10); {
 		case op < 4:
-			if l, err := c.TryLock(ctx, "res"); err == nil {
+			var l *redlock.Lock
+			runOp(nt, log, func() { l, err = c.TryLock(ctx, "res") })
+			if err == nil {
 				holders[who] = l
+				log.event(l.Token(), " holder %[2]d: TryLock: %[1]s granted", who)
+			} else {
+				log.event("", " holder %d: TryLock failed: %v", who, err)
 			}
 		case op < 7:
 			if l := holders[who]; l != nil {
-				if tok, err := l.Fence(ctx); err == nil {
+				var tok uint64
+				runOp(nt, log, func() { tok, err = l.Fence(ctx) })
+				if err == nil {
 					grants = append(grants, grant{owner: l.Token(), token: tok})
+					log.event(l.Token(), " holder %[2]d: Fence %[1]s: token %[3]d", who, tok)
+				} else {
+					log.event(l.Token(), " holder %[2]d: Fence %[1]s failed: %[3]v", who, err)
 				}
 			}
 		case op < 8:
 			if l := holders[who]; l != nil {
-				_ = l.Release(ctx)
+				runOp(nt, log, func() { err = l.Release(ctx) })
+				log.event(l.Token(), " holder %[2]d: Release %[1]s: %[3]v", who, err)
 				holders[who] = nil
 			}
 		case op < 9:
-			clk.Advance(time.Duration(rng.IntN(150)) * time.Millisecond) // leases may run out
+			d := time.Duration(rng.IntN(150)) * time.Millisecond
+			log.event("", " clock +%v", d)
+			clk.Advance(d) // leases may run out
 		default:
 			if wipes {
 				i := rng.IntN(n)
@@ -264,6 +552,8 @@ func runFenceSchedule(t *testing.T, seed uint64, n int, wipes bool) ([]grant, *w
 			}
 		}
 	}
+	nt.hold(60, make([]int, n))
+	nt.deliver(-1, log)
 	return grants, log
 }
 
@@ -279,19 +569,93 @@ func TestFenceProperty(t *testing.T) {
 		{"N=5 one wiped node at a time", 5, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seeds, fenced := 400, 0
+			first, seeds, fenced := uint64(1), 400, 0
 			if testing.Short() {
 				seeds = 50
 			}
-			for seed := uint64(1); seed <= uint64(seeds); seed++ {
+			if *flagFenceSeeds > 0 {
+				seeds = *flagFenceSeeds
+			}
+			if *flagFenceSeed != 0 {
+				first, seeds = *flagFenceSeed, 1
+			}
+			for seed := first; seed < first+uint64(seeds); seed++ {
 				grants, log := runFenceSchedule(t, seed, tc.n, tc.wipes)
 				fenced += len(grants)
-				if err := checkFences(grants, log); err != nil {
-					t.Fatalf("seed %d: %v (replay: go test -run 'TestFenceProperty/%s' with this seed)", seed, err, tc.name)
+				err := checkFences(grants, log)
+				if err != nil || *flagFenceSeed != 0 {
+					t.Logf("seed %d, trace:\n%s", seed, strings.Join(log.trace, "\n"))
+				}
+				if err != nil {
+					t.Fatalf("seed %d: %v (replay: go test -run 'TestFenceProperty/%s' -fence.seed=%d .)",
+						seed, err, strings.ReplaceAll(tc.name, " ", "_"), seed)
 				}
 			}
-			require.Greater(t, fenced, seeds, "schedules must actually fence")
+			if *flagFenceSeed == 0 {
+				require.Greater(t, fenced, seeds, "schedules must actually fence")
+			}
 			t.Logf("%d schedules, %d fenced grants, no violation", seeds, fenced)
 		})
 	}
+}
+
+// TestFencePropertyLateGrantOnWipedNode replays, on in-memory nodes, the timeline behind
+// TestFenceProperty's "token 1 granted twice" (N=3; j, k, l = n0, n1, n2):
+// B's acquisition lands on j and l, its acquisition on k is delayed; j loses
+// B's key; A takes j and k (l refuses: B holds it) and fences 1 on a fresh
+// resource; k is wiped; B's delayed acquisition lands on k, which has no
+// counter; B fences. B's replies from j and l were read before A's write-back,
+// so B sees no counter anywhere although j and l have one by then: it must not
+// take this for a fresh resource and fence 1 again with l and k.
+func TestFencePropertyLateGrantOnWipedNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		log := &writeLog{}
+		nt := newMemNet(3)
+		nodes := make([]*memNode, 3)
+		ifaces := make([]node.Node, 3)
+		for i := range nodes {
+			nodes[i] = newMemNode(fmt.Sprintf("n%d", i), i, clk, log)
+			nodes[i].net = nt
+			ifaces[i] = nodes[i]
+		}
+		c, err := redlock.New(ifaces, redlock.WithClock(clk), redlock.WithTTL(100*time.Millisecond), redlock.WithBreaker(0))
+		require.NoError(t, err)
+		defer c.Close()
+		ctx := context.Background()
+		j, k := nodes[0], nodes[1]
+		defer func() {
+			if t.Failed() {
+				t.Logf("trace:\n%s", strings.Join(log.trace, "\n"))
+			}
+		}()
+
+		nt.hold(0, []int{0, 99, 0}) // B's acquisition on k is delayed
+		var b *redlock.Lock
+		runOp(nt, log, func() { b, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err, "B holds j and l")
+		nt.hold(1, []int{0, 0, 0})
+		j.wipe() // B's key on j is lost (no counter exists yet)
+		var a *redlock.Lock
+		runOp(nt, log, func() { a, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err, "A holds j and k")
+		var tokA uint64
+		runOp(nt, log, func() { tokA, err = a.Fence(ctx) })
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), tokA, "a fresh resource starts at 1")
+		k.wipe() // the only node without a counter: j and l have one
+		nt.deliver(99, log)
+		var tokB uint64
+		runOp(nt, log, func() { tokB, err = b.Fence(ctx) })
+		if err == nil {
+			require.NotEqual(t, tokA, tokB, "token %d granted twice", tokA)
+		} else {
+			require.ErrorIs(t, err, redlock.ErrLockLost)
+		}
+		grants := []grant{{a.Token(), tokA}}
+		if err == nil {
+			grants = append(grants, grant{b.Token(), tokB})
+		}
+		require.NoError(t, checkFences(grants, log))
+	})
 }

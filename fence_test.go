@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/fence"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
 
@@ -220,4 +222,119 @@ func TestFenceWipedNode(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	_, err = c2.Lock(ctx, "w", redlock.WithFence())
 	require.ErrorIs(t, err, redlock.ErrLockLost, "eager fencing fails the acquisition")
+}
+
+// delayedNode delays the next Acquire once armed, until told to send it: a
+// command held up on its way to the node (in the client, or in the network).
+type delayedNode struct {
+	node.Node
+	mu    sync.Mutex
+	armed *delayed
+}
+
+type delayed struct {
+	arrived, send, landed chan struct{}
+}
+
+// delayNext arms the delay for the next Acquire.
+func (d *delayedNode) delayNext() *delayed {
+	w := &delayed{arrived: make(chan struct{}), send: make(chan struct{}), landed: make(chan struct{})}
+	d.mu.Lock()
+	d.armed = w
+	d.mu.Unlock()
+	return w
+}
+
+func (d *delayedNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	d.mu.Lock()
+	w := d.armed
+	d.armed = nil
+	d.mu.Unlock()
+	if w == nil {
+		return d.Node.Acquire(ctx, key, fenceKey, token, ttl)
+	}
+	close(w.arrived)
+	defer close(w.landed)
+	select {
+	case <-w.send:
+	case <-ctx.Done():
+		return node.Acquired{}, ctx.Err()
+	}
+	return d.Node.Acquire(ctx, key, fenceKey, token, ttl)
+}
+
+// TestFenceLateGrantOnWipedNode is the timeline behind TestFenceProperty's
+// "token 1 granted twice", on real Redis (N=3: j, k, l). One node (k) loses its
+// counter; every node answers. B's acquisition lands on j and l before any
+// counter exists, its acquisition on k is delayed. B's key on j ends early (j's
+// clock jumped ahead: a P1 fault, which fencing is there to survive). A takes j
+// and k (l refuses: B holds it) and fences the fresh resource with 1: j and k
+// get the counter, l is given it too. k loses its data (FLUSHALL: an eviction
+// or an empty restart are the same here). B's delayed acquisition lands on k,
+// which has no counter, so B holds l and k and saw no counter anywhere: its
+// replies from j and l were read before A's write-back. Before the fix B fenced
+// 1 as well, on l and k, and a resource would have accepted both holders'
+// writes; now B's write-back finds the counter on j and l and B gets no token.
+func TestFenceLateGrantOnWipedNode(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	nodes := make([]node.Node, 3)
+	delay := make([]*delayedNode, 3)
+	for i, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		delay[i] = &delayedNode{Node: n}
+		nodes[i] = delay[i]
+	}
+	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
+	require.NoError(t, err)
+	defer c.Close()
+	const key, fenceKey = "redlock:{late}", "redlock:{late}:fence"
+	j, k, l := 0, 1, 2
+
+	bOnK := delay[k].delayNext()
+	b, err := c.TryLock(ctx, "late")
+	require.NoError(t, err, "B holds j and l")
+	<-bOnK.arrived
+	n, err := redis.Int(servers[j].Do("DEL", key))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "B's key on j ends early")
+
+	a, err := c.TryLock(ctx, "late")
+	require.NoError(t, err, "A holds j and k")
+	tokA, err := a.Fence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), tokA, "a fresh resource starts at 1")
+	for _, i := range []int{j, l} {
+		v, err := redis.Uint64(servers[i].Do("GET", fenceKey))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), v)
+	}
+
+	_, err = servers[k].Do("FLUSHALL")
+	require.NoError(t, err)
+	close(bOnK.send)
+	<-bOnK.landed
+	held, err := redis.String(servers[k].Do("GET", key))
+	require.NoError(t, err)
+	require.Equal(t, b.Token(), held, "B's delayed acquisition landed on the wiped node")
+
+	tokB, err := b.Fence(ctx)
+	if err == nil {
+		require.NotEqual(t, tokA, tokB, "token %d granted twice", tokA)
+	}
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	assert.Contains(t, err.Error(), "fence counter found")
+	require.ErrorIs(t, a.Release(ctx), redlock.ErrLockLost, "A kept only j")
+	require.NoError(t, b.Release(ctx))
+
+	// The next grant reads the counter: the sequence goes on from 1, and k,
+	// which lacks it, is repaired (raised to the token) by the first fenced
+	// grant that hears it.
+	l2, err := c.Lock(ctx, "late", redlock.WithFence())
+	require.NoError(t, err)
+	tok, err := l2.Fence(ctx)
+	require.NoError(t, err)
+	require.Greater(t, tok, tokA)
+	require.NoError(t, l2.Release(ctx))
 }

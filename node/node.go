@@ -43,6 +43,11 @@ type Node interface {
 	// RaiseFence raises the counter at fenceKey to at least fence, whoever holds
 	// the lock.
 	RaiseFence(ctx context.Context, fenceKey string, fence uint64) error
+	// CreateFence sets the counter at fenceKey to fence if no counter exists,
+	// whoever holds the lock, and reports whether a counter existed (then
+	// nothing was written) and, if not, whether key held token (never with
+	// token ""). It writes back the first token of a resource.
+	CreateFence(ctx context.Context, key, fenceKey, token string, fence uint64) (held, existed bool, err error)
 	Queuer
 	Watcher
 	// Ping checks that the node answers, within ctx and the node's timeout
@@ -250,12 +255,16 @@ var writeFenceSrc string
 //go:embed raisefence.lua
 var raiseFenceSrc string
 
+//go:embed createfence.lua
+var createFenceSrc string
+
 var (
 	acquireScript = newGrantScript("acquire", 2, 1, acquireSrc)
 	releaseScript = newScript("release", 1, 1, releaseSrc)
 	extendScript  = newScript("extend", 1, 1, extendSrc)
 	fenceScript   = newScript("writefence", 2, 1, writeFenceSrc)
 	raiseScript   = newScript("raisefence", 1, 0, raiseFenceSrc)
+	createScript  = newScript("createfence", 2, 1, createFenceSrc)
 )
 
 // script is a Lua script sent by SHA-1 (EVALSHA), and in full (EVAL) when the

@@ -77,6 +77,11 @@ func RaiseFenceCall(fenceKey string, fence uint64) Call {
 	return Call{RaiseFenceScript, []string{fenceKey}, []any{strconv.FormatUint(fence, 10)}}
 }
 
+// CreateFenceCall is CreateFence's call.
+func CreateFenceCall(key, fenceKey, token string, fence uint64) Call {
+	return Call{CreateFenceScript, []string{key, fenceKey}, []any{token, strconv.FormatUint(fence, 10)}}
+}
+
 // AcquireFairCall is Queuer.AcquireFair's call.
 func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) Call {
 	q, qx := QueueKeys(key)
@@ -169,6 +174,20 @@ func (s *Scripted) WriteFence(ctx context.Context, key, fenceKey, token string, 
 func (s *Scripted) RaiseFence(ctx context.Context, fenceKey string, fence uint64) error {
 	_, err := s.flag(ctx, RaiseFenceCall(fenceKey, fence))
 	return err
+}
+
+// CreateFence implements Node.
+func (s *Scripted) CreateFence(ctx context.Context, key, fenceKey, token string, fence uint64) (held, existed bool, err error) {
+	c := CreateFenceCall(key, fenceKey, token, fence)
+	reply, err := s.run(ctx, c)
+	if err != nil {
+		return false, false, err
+	}
+	n, ok := reply.(int64)
+	if !ok || n < -1 || n > 1 {
+		return false, false, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, c.Script.Name(), reply)
+	}
+	return n == 1, n == -1, nil
 }
 
 // AcquireFair implements Queuer.

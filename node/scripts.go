@@ -64,6 +64,10 @@ var (
 	WriteFenceScript = Script{fenceScript}
 	// RaiseFenceScript: KEYS fence; ARGV fence. Reply 1.
 	RaiseFenceScript = Script{raiseScript}
+	// CreateFenceScript: KEYS lock, fence; ARGV token (or "": no lock check),
+	// fence. Reply -1 when a counter existed (nothing written), else 1 when
+	// the lock was held, 0 when not.
+	CreateFenceScript = Script{createScript}
 )
 
 // ParseAcquired reads the three elements of AcquireScript's reply, as an

@@ -9,7 +9,8 @@
 // TTL honoured, the fence counter read with it and exact for any uint64);
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
-// counter only for the holder and never lowers it, RaiseFence for anyone; a
+// counter only for the holder and never lowers it, RaiseFence for anyone,
+// CreateFence only where no counter exists (whoever holds the lock); a
 // node notifies a release made with notify (Watch); the waiters' queue orders
 // refused waiters by ticket, grants only to its head and wakes the head only,
 // on its own channel; it queues a waiter only with a ticket within
@@ -77,6 +78,7 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"FenceCounter", s.fenceCounter},
 		{"WriteFenceOnlyForHolder", s.writeFence},
 		{"RaiseFence", s.raiseFence},
+		{"CreateFenceOnlyWithoutCounter", s.createFence},
 		{"Watch", s.watch},
 		{"FairQueue", s.fairQueue},
 		{"TicketBound", s.ticketBound},
@@ -309,6 +311,43 @@ func (s *suite) raiseFence(t *testing.T, n node.Node, k keys) {
 		if !got.HasFence || got.Fence != tc.want {
 			t.Fatalf("after RaiseFence(%d): counter %+v, want %d", tc.raise, got, tc.want)
 		}
+	}
+}
+
+func (s *suite) createFence(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	held, existed, err := n.CreateFence(ctx(t), k.lock, k.fence, a, 3)
+	if err != nil || held || existed {
+		t.Fatalf("CreateFence without the lock = %v, %v, %v; want not held, no counter before", held, existed, err)
+	}
+	if got := acquire(t, n, k, a, time.Minute); !got.OK || !got.HasFence || got.Fence != 3 {
+		t.Fatalf("Acquire = %+v, want granted with counter 3 (created whoever holds the lock)", got)
+	}
+	held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, a, 5)
+	if err != nil || held || !existed {
+		t.Fatalf("CreateFence over a counter = %v, %v, %v; want the counter reported, nothing written", held, existed, err)
+	}
+	if got := acquire(t, n, k, b, time.Minute); got.Fence != 3 {
+		t.Fatalf("counter = %d, want 3: CreateFence never changes an existing counter", got.Fence)
+	}
+	k2 := s.keys(t)
+	if !acquire(t, n, k2, a, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	held, existed, err = n.CreateFence(ctx(t), k2.lock, k2.fence, b, 1)
+	if err != nil || held || existed {
+		t.Fatalf("CreateFence with another token = %v, %v, %v; want not held, no counter before", held, existed, err)
+	}
+	k3 := s.keys(t)
+	if !acquire(t, n, k3, a, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	held, existed, err = n.CreateFence(ctx(t), k3.lock, k3.fence, a, math.MaxUint64)
+	if err != nil || !held || existed {
+		t.Fatalf("CreateFence by the holder = %v, %v, %v; want held, no counter before", held, existed, err)
+	}
+	if got := acquire(t, n, k3, b, time.Minute); got.OK || got.Fence != math.MaxUint64 {
+		t.Fatalf("Acquire by another = %+v, want refused with the counter 2^64-1", got)
 	}
 }
 

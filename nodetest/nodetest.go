@@ -44,7 +44,8 @@ import (
 type Option func(*config)
 
 type config struct {
-	pause func(t *testing.T) (resume func())
+	pause   func(t *testing.T) (resume func())
+	restart func(t *testing.T)
 }
 
 // WithPause lets Run check that calls return by their context's deadline when
@@ -53,6 +54,21 @@ type config struct {
 // makes them answer again.
 func WithPause(pause func(t *testing.T) (resume func())) Option {
 	return func(c *config) { c.pause = pause }
+}
+
+// WithRestart declares that the nodes newNode returns quarantine a restarted
+// server (node.WithRestartQuarantine, or the adapter's own quarantine, for
+// longer than the suite runs after the restart), and lets Run check it last:
+// restart must restart every server behind the nodes without its data (as a
+// restart without persistence does). After it, every call that can grant a
+// lock (Acquire, AcquireFair) fails with node.ErrQuarantined and grants
+// nothing, on a node connected before the restart and on one made after it
+// (the first call may instead fail with the error of a connection the
+// restart closed),
+// while releases, extensions, fence writes, leaves and Ping still work; and
+// a lock client over such a node is refused with a QuorumError.
+func WithRestart(restart func(t *testing.T)) Option {
+	return func(c *config) { c.restart = restart }
 }
 
 // Run runs the suite as subtests of t. newNode returns a node connected to the
@@ -95,6 +111,84 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		t.Run("DeadlineOnUnresponsiveServer", func(t *testing.T) {
 			s.deadline(t, s.node(t), s.keys(t), cfg.pause)
 		})
+	}
+	if cfg.restart != nil {
+		t.Run("QuarantineAfterRestart", func(t *testing.T) { s.quarantine(t, cfg.restart) })
+	}
+}
+
+// quarantine restarts the servers and checks that grants are refused, on a
+// node connected before the restart and on a new one, and that nothing else
+// is.
+func (s *suite) quarantine(t *testing.T, restart func(t *testing.T)) {
+	before, k := s.node(t), s.keys(t)
+	tok := token()
+	if !acquire(t, before, k, tok, time.Minute).OK {
+		t.Fatal("Acquire on a fresh key refused")
+	}
+	restart(t)
+	after := s.node(t)
+	for name, n := range map[string]node.Node{"connected before the restart": before, "made after it": after} {
+		c := ctx(t)
+		grants := map[string]func() (node.Acquired, error){
+			"Acquire": func() (node.Acquired, error) { return n.Acquire(c, k.lock, k.fence, token(), time.Minute) },
+			"AcquireFair": func() (node.Acquired, error) {
+				return n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, waiter("q/"+token(), time.Now().UnixMicro(), 0))
+			},
+		}
+		for op, call := range grants {
+			// The first call after a restart may be the one that finds
+			// the new server: it must not grant, but may fail with the
+			// error of a connection the restart closed, or (an adapter
+			// that takes a grant back) be refused for another reason;
+			// the next one must be node.ErrQuarantined.
+			var errs []error
+			for try := 0; try < 3; try++ {
+				a, err := call()
+				if a.OK {
+					t.Fatalf("%s on a node %s, the server restarted: granted (%+v, %v); want node.ErrQuarantined", op, name, a, err)
+				}
+				if err == nil {
+					err = fmt.Errorf("refused (%+v), not quarantined", a)
+				}
+				if errors.Is(err, node.ErrQuarantined) {
+					errs = nil
+					break
+				}
+				errs = append(errs, err)
+			}
+			if errs != nil {
+				t.Fatalf("%s on a node %s, the server restarted: %v; want node.ErrQuarantined", op, name, errs)
+			}
+		}
+		if ok, err := n.Release(c, k.lock, tok, true); err != nil || ok {
+			t.Fatalf("Release on a node %s: %v, %v; want false (the key is gone), no error", name, ok, err)
+		}
+		if ok, err := n.Extend(c, k.lock, tok, time.Minute); err != nil || ok {
+			t.Fatalf("Extend on a node %s: %v, %v; want false, no error", name, ok, err)
+		}
+		if ok, err := n.WriteFence(c, k.lock, k.fence, tok, 1); err != nil || ok {
+			t.Fatalf("WriteFence on a node %s: %v, %v; want false, no error", name, ok, err)
+		}
+		if err := n.LeaveQueue(c, k.lock, "q/1"); err != nil {
+			t.Fatalf("LeaveQueue on a node %s: %v", name, err)
+		}
+		if ok, err := n.ReleaseFair(c, k.lock, tok, "q/1"); err != nil || ok {
+			t.Fatalf("ReleaseFair on a node %s: %v, %v; want false, no error", name, ok, err)
+		}
+		if err := n.Ping(c); err != nil {
+			t.Fatalf("Ping on a node %s: %v", name, err)
+		}
+	}
+	c, err := redlock.New([]node.Node{after})
+	if err != nil {
+		t.Fatalf("redlock.New: %v", err)
+	}
+	defer c.Close()
+	_, err = c.TryLock(ctx(t), "quarantined-"+s.run)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, node.ErrQuarantined) {
+		t.Fatalf("TryLock over a quarantined node: %v; want a QuorumError wrapping node.ErrQuarantined", err)
 	}
 }
 

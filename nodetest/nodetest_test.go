@@ -17,6 +17,7 @@ import (
 // the server has been up longer than it), and over a pool (FromPool).
 func TestRedis(t *testing.T) {
 	s := redistest.Start(t)
+	r := redistest.Start(t)       // restarted by the last variant
 	s.WaitUptime(2 * time.Second) // up longer than the quarantine below (and Redis' rounding)
 	dial := func(opts ...node.Option) func(t *testing.T) node.Node {
 		return func(t *testing.T) node.Node {
@@ -50,4 +51,16 @@ func TestRedis(t *testing.T) {
 			}))
 		})
 	}
+	// The restart quarantine, checked by the suite's last subtest: r restarts
+	// empty, and the nodes refuse grants for the 3 s after.
+	t.Run("quarantine-restart", func(t *testing.T) {
+		r.WaitUptime(3100 * time.Millisecond)
+		nodetest.Run(t, func(t *testing.T) node.Node {
+			n, err := node.Dial(r.URL(), node.WithRestartQuarantine(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}, nodetest.WithRestart(func(t *testing.T) { r.Restart() }))
+	})
 }

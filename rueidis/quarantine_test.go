@@ -159,3 +159,15 @@ func TestSentinel(t *testing.T) {
 		return err == nil && a.OK
 	}, d+3*time.Second, 50*time.Millisecond, "granted once the quarantine is over")
 }
+
+// TestQuarantineConformance: with the quarantine, the conformance suite's
+// restart check passes (nodetest.WithRestart: grants refused after an empty
+// restart, on a node connected before it and on a new one; everything else
+// works).
+func TestQuarantineConformance(t *testing.T) {
+	s := redistest.Start(t)
+	s.WaitUptime(1100 * time.Millisecond)
+	opt := rd.ClientOption{InitAddress: []string{s.Addr()}}
+	nodetest.Run(t, func(t *testing.T) node.Node { return quarantined(t, time.Second, opt) },
+		nodetest.WithRestart(func(t *testing.T) { s.Restart() }))
+}

@@ -49,7 +49,8 @@ type config struct {
 }
 
 // WithPause lets Run check that calls return by their context's deadline when
-// the server does not answer: pause must make every server behind the nodes
+// the server does not answer, and that the lock client's circuit breaker opens
+// then and closes once it answers again (its probe is the node's Ping): pause must make every server behind the nodes
 // stop answering (redistest.Server.Pause: SIGSTOP) and return a function that
 // makes them answer again.
 func WithPause(pause func(t *testing.T) (resume func())) Option {
@@ -111,9 +112,91 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		t.Run("DeadlineOnUnresponsiveServer", func(t *testing.T) {
 			s.deadline(t, s.node(t), s.keys(t), cfg.pause)
 		})
+		t.Run("BreakerOpensAndCloses", func(t *testing.T) { s.breaker(t, cfg.pause) })
 	}
 	if cfg.restart != nil {
 		t.Run("QuarantineAfterRestart", func(t *testing.T) { s.quarantine(t, cfg.restart) })
+	}
+}
+
+// breaker checks the lock client's circuit breaker over the node: calls that
+// time out on a paused server open it (the next calls fail at once with
+// ErrNodeDown, without waiting for the node timeout), and once the server
+// answers again the breaker's probe (Ping) closes it and a lock is granted.
+func (s *suite) breaker(t *testing.T, pause func(t *testing.T) func()) {
+	n := s.node(t)
+	states := make(chan redlock.NodeState, 64)
+	c, err := redlock.New([]node.Node{n}, redlock.WithTTL(time.Second), redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithBreaker(2),
+		redlock.WithHooks(redlock.Hooks{OnNodeHealth: func(e redlock.NodeHealthEvent) {
+			select {
+			case states <- e.State:
+			default:
+			}
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resource := fmt.Sprintf("nodetest-breaker-%s-%d", s.run, s.seq.Add(1))
+	l, err := c.TryLock(ctx(t), resource)
+	if err != nil {
+		t.Fatalf("TryLock on a healthy server: %v", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	resume := pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			resume()
+		}
+	}()
+	c1 := ctx(t)
+	for opened := false; !opened; {
+		_, err := c.TryLock(c1, resource)
+		if err == nil {
+			t.Fatal("TryLock granted by a paused server")
+		}
+		if errors.Is(err, redlock.ErrNodeDown) {
+			opened = true
+		}
+		if c1.Err() != nil {
+			t.Fatalf("the breaker did not open while the server was paused: %v", err)
+		}
+	}
+	start := time.Now()
+	if _, err := c.TryLock(ctx(t), resource); !errors.Is(err, redlock.ErrNodeDown) {
+		t.Fatalf("TryLock with the breaker open: %v, want ErrNodeDown", err)
+	}
+	if d := time.Since(start); d >= 200*time.Millisecond {
+		t.Fatalf("TryLock with the breaker open took %v: it waited for the node", d)
+	}
+	resume()
+	resumed = true
+	c2 := ctx(t)
+	for {
+		select {
+		case st := <-states:
+			if st != redlock.NodeOK {
+				continue
+			}
+			// Lock, not TryLock: attempts sent to the paused server
+			// run when it resumes, and hold the key until the client's
+			// cleanup releases them, or, when a release overtook its
+			// SET on another connection, until their TTL (1 s) ends
+			// (docs/safety.md: no guaranteed cleanup).
+			l, err := c.Lock(c2, resource)
+			if err != nil {
+				t.Fatalf("Lock once the breaker closed: %v", err)
+			}
+			if err := l.Release(c2); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			return
+		case <-c2.Done():
+			t.Fatalf("the breaker did not close after the server answered again (Health: %+v)", c.Health())
+		}
 	}
 }
 

@@ -112,8 +112,9 @@ func (w *waiting) queue(ctx context.Context, ticket int64) {
 }
 
 // attempt makes one attempt. It returns the lock, or the error that ends the
-// call (bad input, a closed client, failed fencing: retrying cannot help), or
-// neither, again telling whether to try again at once.
+// call (bad input, a closed client, failed fencing, nodes whose ACL refuses
+// the scripts: retrying cannot help), or neither, again telling whether to
+// try again at once.
 func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) {
 	c := w.c
 	l, err = c.try(ctx, w.resource, *w.lc)
@@ -122,6 +123,9 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	}
 	if !errors.As(err, &w.last) || w.last.Kind != ErrNotAcquired || ctx.Err() != nil {
 		return nil, false, err
+	}
+	if denied(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
 	if w.lc.waiter != nil && w.last.Failed > len(c.nodes)-quorum.Majority(len(c.nodes)) {
@@ -138,6 +142,18 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	}
 	// Not queued for its ticket: at once with one from the nodes' clocks.
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
+}
+
+// denied counts the nodes of qe that failed with a permission error (an ACL
+// without the commands of the scripts: docs/operations.md).
+func denied(qe *QuorumError) int {
+	n := 0
+	for _, e := range qe.Errs {
+		if e != nil && e.Err != nil && isPermission(e.Err.Error()) {
+			n++
+		}
+	}
+	return n
 }
 
 // yieldPlace gives up the call's place in the nodes' queues after an attempt

@@ -113,9 +113,9 @@ const AdapterTolerance = 0.20
 const AdapterFairness = 0.8
 
 // Median sums up separate runs of one scenario, library and N by their
-// medians: rate, handoff p50 and p99, fairness, and commands per operation
-// are the medians of the runs' (an even count takes the mean of the middle
-// two); operations, errors, overlaps, samples and time add up. Latencies are
+// medians: rate, handoff p50 and p99, fairness, commands and CPU times per
+// operation are the medians of the runs' (an even count takes the mean of the
+// middle two; unknown values are left out); operations, errors, overlaps, samples and time add up. Latencies are
 // not kept.
 func Median(parts ...Result) Result {
 	if len(parts) == 0 {
@@ -157,6 +157,20 @@ func Median(parts ...Result) Result {
 	r.Fairness = med(func(p Result) float64 { return p.Fairness })
 	r.CmdsPerOp = med(func(p Result) float64 { return p.CmdsPerOp })
 	r.ReqsPerOp = med(func(p Result) float64 { return p.ReqsPerOp })
+	cpu := func(d time.Duration) float64 {
+		if d <= 0 {
+			return math.NaN() // unknown
+		}
+		return float64(d)
+	}
+	known := func(v float64) time.Duration {
+		if math.IsNaN(v) {
+			return 0
+		}
+		return time.Duration(v)
+	}
+	r.ClientCPUPerOp = known(med(func(p Result) float64 { return cpu(p.ClientCPUPerOp) }))
+	r.ServerCPUPerOp = known(med(func(p Result) float64 { return cpu(p.ServerCPUPerOp) }))
 	return r
 }
 

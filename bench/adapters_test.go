@@ -55,11 +55,12 @@ func TestAdapterLockers(t *testing.T) {
 func TestMedian(t *testing.T) {
 	run := func(ops float64, p50 time.Duration, fair float64) bench.Result {
 		return bench.Result{Scenario: "s", Lib: "l", N: 5, Ops: 10, Samples: 9, Rounds: 1, Elapsed: time.Second,
-			OpsPerSec: ops, P50: p50, P99: 2 * p50, Fairness: fair, CmdsPerOp: ops / 100, ReqsPerOp: math.NaN()}
+			OpsPerSec: ops, P50: p50, P99: 2 * p50, Fairness: fair, CmdsPerOp: ops / 100, ReqsPerOp: math.NaN(),
+			ClientCPUPerOp: time.Duration(ops), ServerCPUPerOp: 0}
 	}
 	m := bench.Median(run(300, 3, 0.9), run(100, 5, 0.7), run(200, 1, 0.8), run(500, 4, 1), run(400, 2, 0.95))
 	if m.OpsPerSec != 300 || m.P50 != 3 || m.P99 != 6 || m.Fairness != 0.9 || m.CmdsPerOp != 3 || !math.IsNaN(m.ReqsPerOp) ||
-		m.Ops != 50 || m.Samples != 45 || m.Rounds != 5 || m.Elapsed != 5*time.Second {
+		m.ClientCPUPerOp != 300 || m.ServerCPUPerOp != 0 || m.Ops != 50 || m.Samples != 45 || m.Rounds != 5 || m.Elapsed != 5*time.Second {
 		t.Errorf("Median of 5 = %+v", m)
 	}
 	if m := bench.Median(run(100, 2, 0.5), run(200, 4, 1)); m.OpsPerSec != 150 || m.P50 != 3 || m.Fairness != 0.75 {

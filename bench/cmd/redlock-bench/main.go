@@ -417,7 +417,16 @@ func (r *runner) clientsAdapters() error {
 				res, err := r.once(lib, n, r.f.clients, func(ls []bench.Locker) bench.Result {
 					cc := r.clientsConfig(ls[0])
 					cc.Duration = r.f.clientsDuration
-					return bench.ContendedClients(r.ctx, bench.ScenarioClientsAdapters, ls, cc)
+					client0, server0 := processCPU(), r.serverCPU(n)
+					res := bench.ContendedClients(r.ctx, bench.ScenarioClientsAdapters, ls, cc)
+					client1, server1 := processCPU(), r.serverCPU(n)
+					if res.Ops > 0 && client0 >= 0 && client1 >= 0 {
+						res.ClientCPUPerOp = (client1 - client0) / time.Duration(res.Ops)
+					}
+					if res.Ops > 0 && server0 >= 0 && server1 >= 0 {
+						res.ServerCPUPerOp = (server1 - server0) / time.Duration(res.Ops)
+					}
+					return res
 				})
 				if err != nil {
 					return err
@@ -432,14 +441,18 @@ func (r *runner) clientsAdapters() error {
 		core := bench.Median(parts[config{bench.LibRedlock, n}]...)
 		for _, lib := range adapterLibs {
 			m := bench.Median(parts[config{lib, n}]...)
-			line := fmt.Sprintf("%s, %s N=%d, medians of %d runs of %v: %s acq/s, handoff p50 %s ms, p99 %s ms, fairness %.2f, sent/op %s, cmds/op %s",
-				bench.ScenarioClientsAdapters, lib, n, m.Rounds, r.f.clientsDuration, fmt.Sprintf("%.0f", m.OpsPerSec),
-				msText(m.P50), msText(m.P99), m.Fairness, numText(m.ReqsPerOp), numText(m.CmdsPerOp))
+			line := fmt.Sprintf("%s, %s N=%d, medians of %d runs of %v: %.0f acq/s, handoff p50 %s ms, p99 %s ms, fairness %.2f, sent/op %s, cmds/op %s, CPU µs/op client %s + servers %s",
+				bench.ScenarioClientsAdapters, lib, n, m.Rounds, r.f.clientsDuration, m.OpsPerSec,
+				msText(m.P50), msText(m.P99), m.Fairness, numText(m.ReqsPerOp), numText(m.CmdsPerOp), usText(m.ClientCPUPerOp), usText(m.ServerCPUPerOp))
 			if m.Errors > 0 || m.Overlaps > 0 {
 				line += fmt.Sprintf(", %d errors (first: %v), %d overlaps", m.Errors, m.FirstErr, m.Overlaps)
 			}
 			if lib != bench.LibRedlock && core.OpsPerSec > 0 && core.P50 > 0 {
 				line += fmt.Sprintf("; ÷ redigo node: acq/s %.2f×, handoff p50 %.2f×", m.OpsPerSec/core.OpsPerSec, float64(m.P50)/float64(core.P50))
+				if m.ClientCPUPerOp > 0 && core.ClientCPUPerOp > 0 && m.ServerCPUPerOp > 0 && core.ServerCPUPerOp > 0 {
+					line += fmt.Sprintf(", CPU/op client %.2f×, client + servers %.2f×", float64(m.ClientCPUPerOp)/float64(core.ClientCPUPerOp),
+						float64(m.ClientCPUPerOp+m.ServerCPUPerOp)/float64(core.ClientCPUPerOp+core.ServerCPUPerOp))
+				}
 			}
 			log.Print(line)
 			r.adapterNotes = append(r.adapterNotes, line)
@@ -454,6 +467,31 @@ func (r *runner) clientsAdapters() error {
 	log.Printf("target: %s (met: %v)", t, allMet)
 	r.adapterNotes = append(r.adapterNotes, fmt.Sprintf("%s: met: %v", t, allMet))
 	return nil
+}
+
+// serverCPU returns the CPU time of the first n servers, or -1.
+func (r *runner) serverCPU(n int) time.Duration {
+	d, err := r.cl.CPUTime(n)
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// processCPU returns the CPU time (user + system) of this process, or -1.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func usText(d time.Duration) string {
+	if d <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
 }
 
 func msText(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }

@@ -129,8 +129,18 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 	for _, i := range eligible {
 		trusted[i] = true
 	}
+	isSuspect := make([]bool, len(c.nodes))
+	for _, i := range suspect {
+		isSuspect[i] = true
+	}
 	start := c.cfg.clock.Now()
 	call := round[struct{}]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (struct{}, bool, error) {
+		if isSuspect[i] {
+			// A repair inside our lock window on the suspect: a delayed one
+			// cannot land after a later loss of that node.
+			_, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+			return struct{}{}, false, err
+		}
 		if !trusted[i] {
 			return struct{}{}, false, n.RaiseFence(ctx, l.fenceKey, token)
 		}

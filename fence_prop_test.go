@@ -320,6 +320,10 @@ func (m *memNode) RaiseFence(ctx context.Context, fenceKey string, f uint64) err
 			return struct{}{}, errDown
 		}
 		cur, has := m.fence[fenceKey]
+		if !has {
+			m.log.event("", "  %s: raise to %d, no counter: nothing written", m.name, f)
+			return struct{}{}, nil
+		}
 		m.fence[fenceKey] = max(cur, f)
 		m.log.event("", "  %s: raise to %d, counter %s -> %d", m.name, f, counter(cur, has), m.fence[fenceKey])
 		return struct{}{}, nil
@@ -345,9 +349,13 @@ func (m *memNode) CreateFence(ctx context.Context, key, fenceKey, token string, 
 			m.log.event("", "  %s: create of %d for %s: counter %d exists", m.name, f, by, cur)
 			return created{existed: true}, nil
 		}
-		m.fence[fenceKey] = f
 		e, ok := m.live(key)
-		if token == "" || !ok || e.val != token {
+		if !ok {
+			m.log.event("", "  %s: create of %d for %s: no lock key, nothing written", m.name, f, by)
+			return created{}, nil
+		}
+		m.fence[fenceKey] = f
+		if token == "" || e.val != token {
 			m.log.event("", "  %s: create of %d for %s (not the holder), counter none -> %d", m.name, f, by, f)
 			return created{}, nil
 		}

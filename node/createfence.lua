@@ -14,6 +14,8 @@
 -- Returns -1 if a counter exists (nothing written); otherwise creates the counter
 -- and returns 1 if the lock key holds the owner token, 0 if not.
 if redis.call('GET', KEYS[2]) then return -1 end
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
-if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+if ARGV[1] ~= '' and v == ARGV[1] then return 1 end
 return 0

@@ -5,6 +5,7 @@
 -- KEYS[1] fence counter key; ARGV[1] token (decimal uint64, no leading zeros)
 -- Returns 1.
 local cur = redis.call('GET', KEYS[1])
+if not cur then return 1 end
 if (not cur) or #cur < #ARGV[1] or (#cur == #ARGV[1] and cur < ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
 end

@@ -141,7 +141,7 @@ func newGatedClient(t *testing.T, servers []*redistest.Server) (*gatedClient, []
 		ns[i] = gs[i]
 	}
 	g := &gatedClient{n: len(servers), acquired: make(chan struct{}, 1000)}
-	c, err := redlock.New(ns, redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0),
+	c, err := redlock.New(ns, redlock.WithNodeTimeout(time.Second), redlock.WithBreaker(0),
 		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
 			if e.Op == "acquire" {
 				g.acquired <- struct{}{}

@@ -30,7 +30,7 @@ cd "$(dirname "$0")"
 
 timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # real time: one at a time
 untimed="sim internal/tools"                                     # beside them
-alone="faults"                                                   # last, alone
+alone="faults"                                                   # after the timed ones
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do

@@ -207,15 +207,14 @@ func (h *nodeHealth) record(err error, now time.Time) (probe bool, change *NodeH
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var qe *node.QuarantineError
 	switch {
 	case err == nil:
 		h.failingSince, h.failures, h.lastOK = time.Time{}, 0, now
-	case errors.As(err, &qe):
+	case quarantined(err) != nil:
 		// Refused before anything was sent: the node is up, but grants
 		// nothing until then.
 		h.failingSince, h.failures = time.Time{}, 0
-		h.quarantinedUntil = later(h.quarantinedUntil, qe.Until)
+		h.quarantinedUntil = later(h.quarantinedUntil, quarantined(err).Until)
 		h.lastKind, h.lastErr = KindQuarantined, now
 	default:
 		if h.failingSince.IsZero() {
@@ -228,6 +227,16 @@ func (h *nodeHealth) record(err error, now time.Time) (probe bool, change *NodeH
 		probe = h.recordBreakerLocked(err, now)
 	}
 	return probe, h.changedLocked(now)
+}
+
+// quarantined returns err's restart quarantine, if it is one. (Apart from
+// record, so that a call that succeeded allocates nothing for errors.As.)
+func quarantined(err error) *node.QuarantineError {
+	var qe *node.QuarantineError
+	if errors.As(err, &qe) {
+		return qe
+	}
+	return nil
 }
 
 // recordBreakerLocked is record's part for the breaker.

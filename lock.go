@@ -2,8 +2,11 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,12 +43,38 @@ type Lock struct {
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token.
 func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
-	token, err := newToken()
+	token, key, fenceKey, err := newLockStrings(c.cfg.prefix, resource)
 	if err != nil {
 		return nil, err
 	}
-	key, fenceKey := c.lockKey(resource), FenceKey(c.cfg.prefix, resource)
 	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
+}
+
+// newLockStrings returns a fresh owner token (as newToken) with
+// LockKey(prefix, resource) and FenceKey(prefix, resource), all three in one
+// allocation: the token, then the fence key, whose prefix is the lock key.
+func newLockStrings(prefix, resource string) (token, key, fenceKey string, err error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", "", "", err
+	}
+	var tok [2 * len(raw)]byte
+	hex.Encode(tok[:], raw[:])
+	tag := HashTag(resource)
+	var b strings.Builder
+	b.Grow(len(tok) + len(prefix) + len(tag) + len(resource) + 2 + len(FenceSuffix))
+	b.Write(tok[:])
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteByte('}')
+	if tag != resource {
+		b.WriteString(resource)
+	}
+	b.WriteString(FenceSuffix)
+	s := b.String()
+	token, fenceKey = s[:len(tok)], s[len(tok):]
+	return token, fenceKey[:len(fenceKey)-len(FenceSuffix)], fenceKey, nil
 }
 
 // acquireOn is the acquisition's call on one node.
@@ -167,15 +196,14 @@ func (l *Lock) Extend(ctx context.Context) error {
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return err
 	}
-	defer end()
+	defer c.end()
 	if l.isReleased() {
 		return c.failed("extend", l.resource, ErrLockLost, errReleased)
 	}
-	err = l.extend(ctx)
+	err := l.extend(ctx)
 	if h := c.cfg.hooks.OnExtend; h != nil {
 		h(ExtendEvent{Resource: l.resource, OK: err == nil, Err: err})
 	}
@@ -236,11 +264,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.markReleased() {
 		return nil
 	}
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return err
 	}
-	defer end()
+	defer c.end()
 
 	// Nodes whose acquisition is still in flight release themselves as it lands
 	// (undoStraggler, on the same pipelined connection, after it); the others
@@ -258,7 +285,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
-	err = nil
+	var err error
 	if !o.Success {
 		kind := ErrUnavailable
 		if refusedMajority(o, len(c.nodes)) {

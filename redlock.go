@@ -36,9 +36,10 @@ type Client struct {
 	cleanup       context.Context
 	cancelCleanup context.CancelFunc
 
-	qmu    sync.Mutex
-	queues map[string]*queue // Lock's waiters per resource
-	held   map[string]int    // locks taken through this client and not released, per resource
+	qmu        sync.Mutex
+	queues     map[string]*queue // Lock's waiters per resource
+	freeQueues []*queue          // empty queues, for reuse
+	held       map[string]int    // locks taken through this client and not released, per resource
 
 	health    []*nodeHealth        // per node: its breaker, and what Health reports (health.go)
 	contended map[string]time.Time // resources refused lately: when (guarded by qmu)
@@ -221,29 +222,36 @@ func (c *Client) Close() error {
 }
 
 // begin marks the start of an operation that may start background work, so
-// that Close waits for it; it fails once the client is closed. The caller must
-// call end when the operation is over.
-func (c *Client) begin() (end func(), err error) {
+// that Close waits for it; it fails once the client is closed. Unless it
+// failed, the caller must call c.end when the operation is over.
+func (c *Client) begin() error {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	return c.mu.RUnlock, nil
+	return nil
 }
+
+// end ends an operation that begin began.
+func (c *Client) end() { c.mu.RUnlock() }
 
 // enterCall registers a Lock call (or a fair TryLock): Close waits for it to
 // end, and for the background work it started, its leaving of the queues
-// included. It fails once the client is closed.
-func (c *Client) enterCall() (done func(), err error) {
+// included. It fails once the client is closed. Unless it failed, the caller
+// must call c.leaveCall when the call is over.
+func (c *Client) enterCall() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.calls.Add(1)
-	return c.calls.Done, nil
+	return nil
 }
+
+// leaveCall ends a call that enterCall registered.
+func (c *Client) leaveCall() { c.calls.Done() }
 
 // spawn runs f in a goroutine that Close waits for. It is called only while an
 // operation holds c.mu for reading, from a call registered by enterCall, or
@@ -281,11 +289,10 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 // attempt; a default-mode one once an attempt was refused, or from the first when the resource was refused lately (lockWait).
 // Either leaves the queues when the call is over.
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	done, err := c.enterCall()
-	if err != nil {
+	if err := c.enterCall(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer c.leaveCall()
 	if c.cfg.fair {
 		lc.waiter = c.newWaiter(lc, c.nodeClock.ticket(time.Now()))
 	}
@@ -300,8 +307,9 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) (*Lock, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
-	local, leave, err := c.enterQueue(ctx, resource)
-	defer leave()
+	q, me, err := c.enterQueue(ctx, resource)
+	defer c.leaveLocal(resource, q, me)
+	local := q.poke
 	if err != nil {
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
@@ -360,11 +368,10 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	if !c.cfg.fair {
 		return c.try(ctx, resource, lc)
 	}
-	done, err := c.enterCall()
-	if err != nil {
+	if err := c.enterCall(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer c.leaveCall()
 	lc.waiter = c.newWaiter(lc, 0)
 	l, err := c.try(ctx, resource, lc)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
@@ -412,11 +419,10 @@ func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, 
 
 // try is one acquisition attempt, through the nodes' queues for a waiter.
 func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	defer end()
+	defer c.end()
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}

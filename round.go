@@ -10,8 +10,8 @@ import (
 
 // round is one operation sent to several nodes in parallel: an acquisition, an
 // extension, a release, a fence write-back. It owns what all of them share:
-//   - the node calls run on a context the caller cannot cancel, each bounded by
-//     the node timeout, so that a command already on the wire lands (or is
+//   - the node calls run on a context the caller cannot cancel, bounded by
+//     the node timeout from the round's start, so that a command already on the wire lands (or is
 //     undone) whatever the caller does, and a hung node costs one timeout;
 //   - the calls and their stragglers are background work that Close waits for;
 //   - every reply reaches the OnNodeReply hook;
@@ -55,7 +55,11 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	if r.timeout <= 0 || r.timeout > c.cfg.nodeTimeout {
 		r.timeout = c.cfg.nodeTimeout
 	}
-	opts := quorum.Options[T]{Need: r.need, Go: c.spawn, Now: c.cfg.clock.Now}
+	// One deadline for the round's calls, each bounded by the timeout from
+	// the round's start (a context per call cost four allocations a node);
+	// freed once every call returned.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.cfg.clock.Now, Settled: cancel}
 	if h := c.cfg.hooks.OnNodeReply; h != nil || r.onReply != nil {
 		opts.OnReply = func(j int, rep quorum.Reply[T]) {
 			if h != nil {
@@ -69,9 +73,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	if r.undo != nil {
 		opts.Undo = func(j int, rep quorum.Reply[T]) { r.undo(r.idx[j], rep) }
 	}
-	call := quorum.Start(context.WithoutCancel(ctx), len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, r.timeout)
-		defer cancel()
+	call := quorum.Start(rctx, len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
 		return callNode(c, ctx, r.idx[j], r.call)
 	}, opts)
 	return flight[T]{Call: call, r: r, c: c}

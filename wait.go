@@ -20,47 +20,85 @@ type queue struct {
 	poke    chan struct{}   // wakes the head when a lock of this client is released
 }
 
-// enterQueue waits until the caller is at the head of resource's queue, ctx
-// ends, or the client is closed (ErrClosed). The returned leave must be called in both cases.
-func (c *Client) enterQueue(ctx context.Context, resource string) (poke <-chan struct{}, leave func(), err error) {
-	me := make(chan struct{})
+// enterQueue waits until the caller, me, is at the head of resource's queue
+// q, ctx ends, or the client is closed (ErrClosed). leaveLocal(resource, q,
+// me) must be called in every case. q.poke wakes the head when a lock of this
+// client on resource is released.
+func (c *Client) enterQueue(ctx context.Context, resource string) (q *queue, me chan struct{}, err error) {
 	c.qmu.Lock()
-	q := c.queues[resource]
+	q = c.queues[resource]
 	if q == nil {
-		q = &queue{poke: make(chan struct{}, 1)}
+		q = c.newQueue()
 		c.queues[resource] = q
+		me = headChan // at the head at once; the only one in this queue
+	} else {
+		me = make(chan struct{})
 	}
 	q.waiters = append(q.waiters, me)
-	if len(q.waiters) == 1 {
-		close(me)
-	}
 	c.qmu.Unlock()
 
-	leave = func() {
-		c.qmu.Lock()
-		defer c.qmu.Unlock()
-		for i, w := range q.waiters {
-			if w != me {
-				continue
-			}
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			if i == 0 && len(q.waiters) > 0 {
-				close(q.waiters[0])
-			}
-			break
-		}
-		if len(q.waiters) == 0 {
-			delete(c.queues, resource)
-		}
-	}
 	select {
 	case <-me:
-		return q.poke, leave, nil
+		return q, me, nil
 	case <-ctx.Done():
-		return q.poke, leave, ctx.Err()
+		return q, me, ctx.Err()
 	case <-c.stop:
-		return q.poke, leave, ErrClosed
+		return q, me, ErrClosed
 	}
+}
+
+// headChan is the (closed) channel of a waiter that found no queue: it is at
+// the head at once. Waiters are told apart by their channels; a queue holds
+// headChan at most once, as its first waiter, since it is made by that
+// waiter and every later one makes a channel of its own.
+var headChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// leaveLocal takes me out of resource's queue q, and wakes the next waiter
+// if me was at the head.
+func (c *Client) leaveLocal(resource string, q *queue, me chan struct{}) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	for i, w := range q.waiters {
+		if w != me {
+			continue
+		}
+		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+		if i == 0 && len(q.waiters) > 0 {
+			close(q.waiters[0])
+		}
+		break
+	}
+	if len(q.waiters) == 0 {
+		delete(c.queues, resource)
+		c.freeQueue(q)
+	}
+}
+
+// maxFreeQueues bounds the queues kept for reuse.
+const maxFreeQueues = 64
+
+// newQueue returns an empty queue, a recycled one if any; c.qmu must be held.
+func (c *Client) newQueue() *queue {
+	if n := len(c.freeQueues); n > 0 {
+		q := c.freeQueues[n-1]
+		c.freeQueues = c.freeQueues[:n-1]
+		return q
+	}
+	return &queue{poke: make(chan struct{}, 1)}
+}
+
+// freeQueue recycles q, out of c.queues and without waiters; c.qmu must be
+// held. Nothing can poke it any more (releasedHere finds queues in c.queues,
+// under c.qmu), and its last waiter has left: a poke still pending is
+// dropped.
+func (c *Client) freeQueue(q *queue) {
+	if len(c.freeQueues) >= maxFreeQueues {
+		return
+	}
+	drain(q.poke)
+	clear(q.waiters[:cap(q.waiters)])
+	q.waiters = q.waiters[:0]
+	c.freeQueues = append(c.freeQueues, q)
 }
 
 // heldHere reports whether a lock on resource taken through this client is

@@ -55,6 +55,14 @@ type Options[T any] struct {
 	// Go runs f in the background; nil means a plain goroutine. The root package
 	// passes a tracked spawner so that Close can wait for stragglers.
 	Go func(f func())
+	// Group, if set and Go is nil, counts the nodes' goroutines: Add(1)
+	// before each starts, Done when it ends (what a tracked Go would do, one
+	// allocation per node cheaper).
+	Group *sync.WaitGroup
+	// Settled, if set, is called once every node's operation has returned,
+	// in the goroutine of the last (before its OnReply and Undo): to free
+	// what the operations shared, such as their context.
+	Settled func()
 	// Now reads the clock for latencies; nil means time.Now.
 	Now func() time.Time
 }
@@ -79,31 +87,39 @@ type Call[T any] struct {
 	need    int
 	undo    func(int, Reply[T])
 	onReply func(int, Reply[T])
+	onDone  func()
 	now     func() time.Time
 	mu      sync.Mutex
 	replies []Reply[T]
+	spare   []Reply[T] // len(replies) more: the snapshot of the outcome
 	yes     int
 	no      int
 	failed  int
 	pending int
-	outcome *Outcome[T] // snapshot taken when decided
+	outcome Outcome[T] // snapshot taken when decided
 	decided chan struct{}
-	settled chan struct{}
+	settled chan struct{} // made by Settled, nil until asked for
 	dropped bool
 }
+
+// closed is a closed channel: Settled's once every node answered before it
+// was asked for.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // Start runs op on nodes 0..n-1 in parallel, each in its own goroutine, with ctx.
 // n must be positive.
 func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
+	buf := make([]Reply[T], 2*n)
 	c := &Call[T]{
 		need:    o.Need,
 		undo:    o.Undo,
 		onReply: o.OnReply,
+		onDone:  o.Settled,
 		now:     o.Now,
-		replies: make([]Reply[T], n),
+		replies: buf[:n:n],
+		spare:   buf[n:],
 		pending: n,
 		decided: make(chan struct{}),
-		settled: make(chan struct{}),
 	}
 	if c.need <= 0 {
 		c.need = Majority(n)
@@ -111,14 +127,28 @@ func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	spawn := o.Go
-	if spawn == nil {
-		spawn = func(f func()) { go f() }
-	}
-	for i := 0; i < n; i++ {
-		spawn(func() { c.run(ctx, op, i) })
+	switch {
+	case o.Go != nil:
+		for i := 0; i < n; i++ {
+			o.Go(func() { c.run(ctx, op, i) })
+		}
+	case o.Group != nil:
+		for i := 0; i < n; i++ {
+			o.Group.Add(1)
+			go c.runIn(o.Group, ctx, op, i)
+		}
+	default:
+		for i := 0; i < n; i++ {
+			go c.run(ctx, op, i)
+		}
 	}
 	return c
+}
+
+// runIn is run, counted in g.
+func (c *Call[T]) runIn(g *sync.WaitGroup, ctx context.Context, op Op[T], i int) {
+	defer g.Done()
+	c.run(ctx, op, i)
 }
 
 func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
@@ -137,7 +167,7 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		c.no++
 	}
 	c.pending--
-	if c.outcome == nil {
+	if !c.outcome.Decided {
 		if c.yes >= c.need {
 			c.decide(true)
 		} else if c.yes+c.pending < c.need {
@@ -145,10 +175,14 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		}
 	}
 	undo := c.dropped && c.undo != nil && r.Unsettled()
-	if c.pending == 0 {
+	last := c.pending == 0
+	if last && c.settled != nil {
 		close(c.settled)
 	}
 	c.mu.Unlock()
+	if last && c.onDone != nil {
+		c.onDone()
+	}
 
 	if c.onReply != nil {
 		c.onReply(i, r)
@@ -160,9 +194,12 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 
 // decide records the outcome; c.mu must be held.
 func (c *Call[T]) decide(success bool) {
-	o := c.snapshot()
-	o.Decided, o.Success = true, success
-	c.outcome = &o
+	c.outcome = Outcome[T]{
+		Replies: append(c.spare[:0:len(c.spare)], c.replies...),
+		Yes:     c.yes, No: c.no, Failed: c.failed,
+		Need: c.need, Decided: true, Success: success,
+	}
+	c.spare = nil
 	close(c.decided)
 }
 
@@ -189,11 +226,21 @@ func (c *Call[T]) Wait(ctx context.Context) Outcome[T] {
 			return c.snapshot()
 		}
 	}
-	return *c.outcome
+	return c.outcome
 }
 
 // Settled is closed once every node has answered or failed.
-func (c *Call[T]) Settled() <-chan struct{} { return c.settled }
+func (c *Call[T]) Settled() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled == nil {
+		if c.pending == 0 {
+			return closed
+		}
+		c.settled = make(chan struct{})
+	}
+	return c.settled
+}
 
 // Replies returns the replies so far, including stragglers that answered after the
 // outcome was decided.

@@ -123,15 +123,29 @@ var errSplitVote = errors.New("votes split between contenders: gave up early and
 // refused, the remaining nodes have a grace (4× that refusal's latency, at
 // least splitGraceMin) to decide the outcome.
 type splitWatch struct {
+	ctx    context.Context // the wait's: ends like ctx, after d, or on a split
 	cancel context.CancelFunc
 	once   sync.Once
 	timer  atomic.Pointer[time.Timer]
 }
 
-// watchSplit returns a context that ends like ctx, or when a split was seen.
-func watchSplit(ctx context.Context) (context.Context, *splitWatch) {
-	ctx, cancel := context.WithCancel(ctx)
-	return ctx, &splitWatch{cancel: cancel}
+// watchSplit returns a context that ends like ctx, after d, or when a split
+// was seen (split tells which).
+func watchSplit(ctx context.Context, d time.Duration) (context.Context, *splitWatch) {
+	s := &splitWatch{}
+	s.ctx, s.cancel = context.WithTimeout(ctx, d)
+	return s.ctx, s
+}
+
+// split reports whether the wait ended on a split: its context was cancelled
+// while ctx, the one it was made from, had not ended and its time had not
+// run out.
+func (s *splitWatch) split(ctx context.Context) bool {
+	if s.ctx.Err() != context.Canceled || ctx.Err() != nil {
+		return false
+	}
+	dl, _ := s.ctx.Deadline()
+	return time.Now().Before(dl)
 }
 
 // observe is the round's reply callback.

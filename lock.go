@@ -272,10 +272,20 @@ func (l *Lock) Release(ctx context.Context) error {
 	// Nodes whose acquisition is still in flight release themselves as it lands
 	// (undoStraggler, on the same pipelined connection, after it); the others
 	// are released now.
-	done := make([]int, 0, len(c.nodes))
-	for i, r := range l.acquire.Abandon() {
-		if r.Done {
-			done = append(done, i)
+	done := c.all // most often every node answered
+	rs := l.acquire.Abandon()
+	if len(rs) != len(c.nodes) {
+		done = []int{} // abandoned before (never: Release abandons first)
+	}
+	for _, r := range rs {
+		if !r.Done {
+			done = make([]int, 0, len(c.nodes))
+			for i, r := range rs {
+				if r.Done {
+					done = append(done, i)
+				}
+			}
+			break
 		}
 	}
 	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {

@@ -296,26 +296,27 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	if c.cfg.fair {
 		lc.waiter = c.newWaiter(lc, c.nodeClock.ticket(time.Now()))
 	}
-	l, err := c.lockWait(ctx, resource, &lc)
-	if lc.waiter != nil {
-		c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
+	l, waiter, err := c.lockWait(ctx, resource, lc)
+	if waiter != nil {
+		c.leaveQueue(c.lockKey(resource), waiter, l != nil)
 	}
 	return l, err
 }
 
-// lockWait makes attempts until one succeeds or ctx ends.
-func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) (*Lock, error) {
+// lockWait makes attempts until one succeeds or ctx ends. It returns the
+// call's waiter in the end (lc.waiter, or the one it became), if any.
+func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, *place, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
 	q, me, err := c.enterQueue(ctx, resource)
 	defer c.leaveLocal(resource, q, me)
 	local := q.poke
 	if err != nil {
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
+		return nil, lc.waiter, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
 	w := &waiting{c: c, resource: resource, lc: lc}
 	defer w.stop()
-	if lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
+	if w.lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
 		// Contended lately: queue from the first attempt, and listen
 		// before it (the subscription of this client's waiters lingers
 		// between Lock calls, so this costs nothing when the client
@@ -329,7 +330,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		if attempt > 0 || !c.heldHere(resource) {
 			l, again, err := w.attempt(ctx)
 			if l != nil || err != nil {
-				return l, err
+				return l, w.lc.waiter, err
 			}
 			if again {
 				continue
@@ -339,7 +340,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
 		if err := w.wait(ctx, local, attempt); err != nil {
-			return nil, err
+			return nil, w.lc.waiter, err
 		}
 	}
 }
@@ -386,16 +387,28 @@ func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, err
 	if len(resource) > MaxResourceLen {
 		return lc, invalid("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
 	}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.applyLock(&lc); err != nil {
+	if len(opts) > 0 {
+		var err error
+		if lc, err = withLockOptions(lc, opts); err != nil {
 			return lc, err
 		}
 	}
 	if lc.ttl != c.cfg.ttl {
 		if err := checkTTL(lc.ttl, c.cfg.driftFactor); err != nil {
+			return lc, err
+		}
+	}
+	return lc, nil
+}
+
+// withLockOptions returns lc with opts applied. (Apart from lockConfig, whose
+// lc would otherwise be on the heap for every call, options or not.)
+func withLockOptions(lc lockConfig, opts []LockOption) (lockConfig, error) {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.applyLock(&lc); err != nil {
 			return lc, err
 		}
 	}
@@ -434,9 +447,8 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
-	wctx, cancel := context.WithTimeout(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
-	defer cancel()
-	sctx, split := watchSplit(wctx)
+	sctx, split := watchSplit(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
+	defer split.stop()
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
 	if w := lc.waiter; w != nil {
 		rd.call = l.acquireQueuedOn(w)
@@ -448,7 +460,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	call := rd.start(ctx, c)
 	o := call.Wait(sctx)
-	splitVote := !o.Decided && sctx.Err() != nil && wctx.Err() == nil
+	splitVote := !o.Decided && split.split(ctx)
 	split.stop()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)

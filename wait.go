@@ -134,7 +134,7 @@ func (c *Client) releasedHere(resource string) {
 type waiting struct {
 	c        *Client
 	resource string
-	lc       *lockConfig
+	lc       lockConfig // the call's; its waiter changes as it waits
 	p        pace
 	rw       *releaseWatch // nil until the call is a waiter
 	last     *QuorumError  // the last attempt's refusal
@@ -144,7 +144,7 @@ type waiting struct {
 // see place.settle), listening for its wake-ups on every node.
 func (w *waiting) queue(ctx context.Context, ticket int64) {
 	if w.lc.waiter == nil {
-		w.lc.waiter = w.c.newWaiter(*w.lc, ticket)
+		w.lc.waiter = w.c.newWaiter(w.lc, ticket)
 	}
 	w.rw = w.c.watchReleases(ctx, w.c.lockKey(w.resource), w.lc.waiter)
 }
@@ -154,13 +154,18 @@ func (w *waiting) queue(ctx context.Context, ticket int64) {
 // neither, again telling whether to try again at once.
 func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) {
 	c := w.c
-	l, err = c.try(ctx, w.resource, *w.lc)
+	l, err = c.try(ctx, w.resource, w.lc)
 	if err == nil {
 		return l, false, nil
 	}
-	if !errors.As(err, &w.last) || w.last.Kind != ErrNotAcquired || ctx.Err() != nil {
+	var qe *QuorumError // here, not at &w.last: that would put w on the heap
+	if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+		if qe != nil {
+			w.last = qe
+		}
 		return nil, false, err
 	}
+	w.last = qe
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
 	if w.lc.waiter != nil && w.last.Failed > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		w.yieldPlace()
@@ -186,14 +191,14 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 // clocks, behind the waiters queued meanwhile (docs/safety.md).
 func (w *waiting) yieldPlace() {
 	w.c.leaveQueue(w.c.lockKey(w.resource), w.lc.waiter, false)
-	w.lc.waiter = w.c.newWaiter(*w.lc, 0)
+	w.lc.waiter = w.c.newWaiter(w.lc, 0)
 }
 
 // wait waits for a release notification, this client's release, or the
 // backoff after attempt; it returns the error that ends the call (ctx ended,
 // or the client closed).
 func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) error {
-	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(*w.lc, attempt))
+	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(w.lc, attempt))
 	if err != nil {
 		if w.last == nil {
 			return w.c.failed("acquire", w.resource, ErrNotAcquired, err)

@@ -129,12 +129,11 @@ type splitWatch struct {
 	timer  atomic.Pointer[time.Timer]
 }
 
-// watchSplit returns a context that ends like ctx, after d, or when a split
-// was seen (split tells which).
-func watchSplit(ctx context.Context, d time.Duration) (context.Context, *splitWatch) {
-	s := &splitWatch{}
+// watch starts s (once) and returns a context that ends like ctx, after d,
+// or when a split was seen (split tells which).
+func (s *splitWatch) watch(ctx context.Context, d time.Duration) context.Context {
 	s.ctx, s.cancel = context.WithTimeout(ctx, d)
-	return s.ctx, s
+	return s.ctx
 }
 
 // split reports whether the wait ended on a split: its context was cancelled

@@ -386,12 +386,18 @@ func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Co
 		return zero, false, ErrNodeDown
 	}
 	v, ok, err := call(ctx, i, c.nodes[i])
-	probe, change := h.record(err, c.cfg.clock.Now())
+	c.recordCall(i, err)
+	return v, ok, err
+}
+
+// recordCall records the outcome of a call to node i (callNode's second
+// half, the first being c.health[i].allow()).
+func (c *Client) recordCall(i int, err error) {
+	probe, change := c.health[i].record(err, c.cfg.clock.Now())
 	c.healthChanged(i, change)
 	if probe {
 		c.spawn(func() { c.probe(i) })
 	}
-	return v, ok, err
 }
 
 // probe pings node i, with a growing backoff, until it answers or the client

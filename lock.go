@@ -38,7 +38,33 @@ type Lock struct {
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
+
+	split splitWatch // the acquisition's (try)
 }
+
+// releaseOps is Release's round (roundOps): the release of l on a node,
+// which notifies its waiters.
+type releaseOps struct{ l *Lock }
+
+func (r releaseOps) call(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
+	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, true)
+	return struct{}{}, ok, err
+}
+
+func (releaseOps) undo(int, quorum.Reply[struct{}])    {}
+func (releaseOps) onReply(int, quorum.Reply[struct{}]) {}
+
+// acquireOps is a plain acquisition's round: l.acquireOn, l.undoStraggler
+// and l.split.observe (roundOps), without a closure each.
+type acquireOps struct{ l *Lock }
+
+func (a acquireOps) call(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+	return a.l.acquireOn(ctx, i, n)
+}
+
+func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggler(i, r) }
+
+func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token.
@@ -288,10 +314,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			break
 		}
 	}
-	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-		ok, err := c.releaseOn(ctx, n, l.key, l.token, l.waiter, true)
-		return struct{}{}, ok, err
-	}}.start(ctx, c)
+	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)

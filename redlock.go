@@ -48,6 +48,8 @@ type Client struct {
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
 	nodeClock   nodeClock        // the nodes' clock, as last heard: new waiters' tickets
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
+
+	now func() time.Time // cfg.clock.Now, made once: the rounds' latencies
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -83,6 +85,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 		stop:   make(chan struct{}),
 		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
+	c.now = cfg.clock.Now
 	for i := range nodes {
 		c.health[i] = newNodeHealth(cfg.breakerFailures, cfg.nodeTimeout)
 	}
@@ -447,11 +450,15 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
-	sctx, split := watchSplit(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
+	split := &l.split
+	sctx := split.watch(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
 	defer split.stop()
-	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
+	// The call, undo and reply callback are l's methods (acquireOps).
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}}
 	if w := lc.waiter; w != nil {
+		rd.ops = nil
 		rd.call = l.acquireQueuedOn(w)
+		rd.undo = l.undoStraggler
 		l.waiter = w.ID
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
@@ -536,10 +543,11 @@ func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) 
 func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
-	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
-		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)
-		return ok, ok, err
-	})
+	err := ErrNodeDown
+	if c.health[i].allow() { // callNode, without a closure
+		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, notify)
+		c.recordCall(i, err)
+	}
 	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
 		return
 	}

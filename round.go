@@ -34,6 +34,16 @@ type round[T any] struct {
 	// onReply, if set, sees every reply (j is a position in idx), after the
 	// OnNodeReply hook.
 	onReply func(j int, r quorum.Reply[T])
+	// ops, if set, replaces call, undo and onReply: one value for the three
+	// (a closure each costs an allocation per round).
+	ops roundOps[T]
+}
+
+// roundOps is a round's call, undo and onReply as the methods of one value.
+type roundOps[T any] interface {
+	call(ctx context.Context, i int, n node.Node) (T, bool, error)
+	undo(i int, r quorum.Reply[T])
+	onReply(j int, r quorum.Reply[T])
 }
 
 // flight is a round in flight.
@@ -59,24 +69,55 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// the round's start (a context per call cost four allocations a node);
 	// freed once every call returned.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.cfg.clock.Now, Settled: cancel}
-	if h := c.cfg.hooks.OnNodeReply; h != nil || r.onReply != nil {
-		opts.OnReply = func(j int, rep quorum.Reply[T]) {
-			if h != nil {
-				h(NodeReplyEvent{Node: c.nodes[r.idx[j]].Name(), Op: r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
-			}
-			if r.onReply != nil {
-				r.onReply(j, rep)
-			}
-		}
-	}
-	if r.undo != nil {
-		opts.Undo = func(j int, rep quorum.Reply[T]) { r.undo(r.idx[j], rep) }
-	}
-	call := quorum.Start(rctx, len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
-		return callNode(c, ctx, r.idx[j], r.call)
-	}, opts)
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Settled: cancel}
+	call := quorum.StartRunner(rctx, len(r.idx), &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply}, opts)
 	return flight[T]{Call: call, r: r, c: c}
+}
+
+// roundRunner runs a round's calls and callbacks (quorum.Runner): one
+// allocation for all of them.
+type roundRunner[T any] struct {
+	r    round[T]
+	c    *Client
+	hook func(NodeReplyEvent)
+}
+
+// Run calls node r.idx[j] through its health record.
+func (rr *roundRunner[T]) Run(ctx context.Context, j int) (T, bool, error) {
+	if ops := rr.r.ops; ops != nil { // callNode, with ops.call
+		i, c := rr.r.idx[j], rr.c
+		if !c.health[i].allow() {
+			var zero T
+			return zero, false, ErrNodeDown
+		}
+		v, ok, err := ops.call(ctx, i, c.nodes[i])
+		c.recordCall(i, err)
+		return v, ok, err
+	}
+	return callNode(rr.c, ctx, rr.r.idx[j], rr.r.call)
+}
+
+// OnReply reports the reply to the OnNodeReply hook, then to r.onReply.
+func (rr *roundRunner[T]) OnReply(j int, rep quorum.Reply[T]) {
+	if rr.hook != nil {
+		rr.hook(NodeReplyEvent{Node: rr.c.nodes[rr.r.idx[j]].Name(), Op: rr.r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
+	}
+	switch {
+	case rr.r.ops != nil:
+		rr.r.ops.onReply(j, rep)
+	case rr.r.onReply != nil:
+		rr.r.onReply(j, rep)
+	}
+}
+
+// Undo undoes node r.idx[j]'s unsettled reply, if the round has an undo.
+func (rr *roundRunner[T]) Undo(j int, rep quorum.Reply[T]) {
+	switch {
+	case rr.r.ops != nil:
+		rr.r.ops.undo(rr.r.idx[j], rep)
+	case rr.r.undo != nil:
+		rr.r.undo(rr.r.idx[j], rep)
+	}
 }
 
 // settle waits, when the round failed, until every node asked has answered

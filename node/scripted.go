@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,9 +66,32 @@ type (
 	}
 )
 
+// msArg returns d in milliseconds as a call argument: boxed once for the
+// TTLs in use (boxing an int64 above 255 allocates, and most clients use
+// one TTL for every lock), from a small direct-mapped cache.
+func msArg(d time.Duration) any {
+	n := d.Milliseconds()
+	slot := &msArgs[uint64(n)*0x9E3779B97F4A7C15>>(64-msArgBits)]
+	if b := slot.Load(); b != nil && b.n == n {
+		return b.v
+	}
+	b := &boxedInt{n: n, v: n}
+	slot.Store(b)
+	return b.v
+}
+
+const msArgBits = 3
+
+var msArgs [1 << msArgBits]atomic.Pointer[boxedInt]
+
+type boxedInt struct {
+	n int64
+	v any // n
+}
+
 // AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms.
 func AcquireCall(key, fenceKey, token string, ttl time.Duration) Call {
-	b := &callBuf2x2{[2]string{key, fenceKey}, [2]any{token, ttl.Milliseconds()}}
+	b := &callBuf2x2{[2]string{key, fenceKey}, [2]any{token, msArg(ttl)}}
 	return Call{AcquireScript, b.keys[:], b.args[:]}
 }
 
@@ -83,7 +107,7 @@ func ReleaseCall(key, token string, notify bool) Call {
 
 // ExtendCall is Extend's call.
 func ExtendCall(key, token string, ttl time.Duration) Call {
-	b := &callBuf1x2{[1]string{key}, [2]any{token, ttl.Milliseconds()}}
+	b := &callBuf1x2{[1]string{key}, [2]any{token, msArg(ttl)}}
 	return Call{ExtendScript, b.keys[:], b.args[:]}
 }
 

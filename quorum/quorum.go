@@ -42,6 +42,16 @@ func (r Reply[T]) Unsettled() bool { return r.Done && (r.OK || r.Err != nil) }
 // Op performs the operation on node i. It must return by ctx's deadline.
 type Op[T any] func(ctx context.Context, i int) (value T, ok bool, err error)
 
+// Runner is an operation and its callbacks in one value, for StartRunner:
+// Run is the Op, Undo and OnReply are called where Options.Undo and
+// Options.OnReply would be (Undo for every Unsettled reply once the Call was
+// abandoned, OnReply for every reply). One value instead of a closure each.
+type Runner[T any] interface {
+	Run(ctx context.Context, i int) (value T, ok bool, err error)
+	Undo(i int, r Reply[T])
+	OnReply(i int, r Reply[T])
+}
+
 // Options tune a Call. The zero value is usable.
 type Options[T any] struct {
 	// Need is how many yes votes decide success; 0 means Majority(n).
@@ -85,6 +95,7 @@ type Outcome[T any] struct {
 // Call is an operation in flight on N nodes.
 type Call[T any] struct {
 	need    int
+	runner  Runner[T] // StartRunner; nil for Start
 	undo    func(int, Reply[T])
 	onReply func(int, Reply[T])
 	onDone  func()
@@ -109,9 +120,21 @@ var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return
 // Start runs op on nodes 0..n-1 in parallel, each in its own goroutine, with ctx.
 // n must be positive.
 func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
+	return newCall(ctx, n, op, nil, o)
+}
+
+// StartRunner is Start with the operation and its callbacks in r;
+// o.Undo and o.OnReply are ignored.
+func StartRunner[T any](ctx context.Context, n int, r Runner[T], o Options[T]) *Call[T] {
+	o.Undo, o.OnReply = nil, nil
+	return newCall(ctx, n, nil, r, o)
+}
+
+func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options[T]) *Call[T] {
 	buf := make([]Reply[T], 2*n)
 	c := &Call[T]{
 		need:    o.Need,
+		runner:  r,
 		undo:    o.Undo,
 		onReply: o.OnReply,
 		onDone:  o.Settled,
@@ -153,7 +176,16 @@ func (c *Call[T]) runIn(g *sync.WaitGroup, ctx context.Context, op Op[T], i int)
 
 func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 	start := c.now()
-	v, ok, err := op(ctx, i)
+	var (
+		v   T
+		ok  bool
+		err error
+	)
+	if c.runner != nil {
+		v, ok, err = c.runner.Run(ctx, i)
+	} else {
+		v, ok, err = op(ctx, i)
+	}
 	r := Reply[T]{Value: v, OK: ok, Err: err, Done: true, Latency: c.now().Sub(start)}
 
 	c.mu.Lock()
@@ -174,7 +206,7 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 			c.decide(false)
 		}
 	}
-	undo := c.dropped && c.undo != nil && r.Unsettled()
+	undo := c.dropped && (c.undo != nil || c.runner != nil) && r.Unsettled()
 	last := c.pending == 0
 	if last && c.settled != nil {
 		close(c.settled)
@@ -184,11 +216,19 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		c.onDone()
 	}
 
-	if c.onReply != nil {
-		c.onReply(i, r)
-	}
-	if undo {
-		c.undo(i, r)
+	switch {
+	case c.runner != nil:
+		c.runner.OnReply(i, r)
+		if undo {
+			c.runner.Undo(i, r)
+		}
+	default:
+		if c.onReply != nil {
+			c.onReply(i, r)
+		}
+		if undo {
+			c.undo(i, r)
+		}
 	}
 }
 

@@ -298,21 +298,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	// Nodes whose acquisition is still in flight release themselves as it lands
 	// (undoStraggler, on the same pipelined connection, after it); the others
 	// are released now.
-	done := c.all // most often every node answered
-	rs := l.acquire.Abandon()
-	if len(rs) != len(c.nodes) {
+	done := l.acquire.AbandonDone(c.all)
+	if done == nil {
 		done = []int{} // abandoned before (never: Release abandons first)
-	}
-	for _, r := range rs {
-		if !r.Done {
-			done = make([]int, 0, len(c.nodes))
-			for i, r := range rs {
-				if r.Done {
-					done = append(done, i)
-				}
-			}
-			break
-		}
 	}
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -66,21 +67,75 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 		r.timeout = c.cfg.nodeTimeout
 	}
 	// One deadline for the round's calls, each bounded by the timeout from
-	// the round's start (a context per call cost four allocations a node);
-	// freed once every call returned.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Settled: cancel}
-	call := quorum.StartRunner(rctx, len(r.idx), &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply}, opts)
+	// the round's start (a context per call cost four allocations a node):
+	// the runner is the context, ended once every call returned.
+	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
+		values: context.WithoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
+	rr.mu.Lock() // the timer may fire at once
+	rr.timer = time.AfterFunc(r.timeout, rr.expire)
+	rr.mu.Unlock()
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now}
+	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }
 
-// roundRunner runs a round's calls and callbacks (quorum.Runner): one
-// allocation for all of them.
+// roundRunner runs a round's calls and callbacks (quorum.Runner), and is
+// their context: one allocation for all of them.
 type roundRunner[T any] struct {
 	r    round[T]
 	c    *Client
 	hook func(NodeReplyEvent)
+
+	// The context of the calls: the values of the caller's, none of its
+	// cancellation (context.WithoutCancel), the round's deadline
+	// (context.WithTimeout), two allocations fewer than those two.
+	values   context.Context
+	deadline time.Time
+	done     chan struct{} // closed at the deadline, or once every call returned
+	mu       sync.Mutex
+	timer    *time.Timer
+	err      error
 }
+
+var _ context.Context = (*roundRunner[int])(nil)
+
+// Deadline implements context.Context.
+func (rr *roundRunner[T]) Deadline() (time.Time, bool) { return rr.deadline, true }
+
+// Done implements context.Context.
+func (rr *roundRunner[T]) Done() <-chan struct{} { return rr.done }
+
+// Err implements context.Context.
+func (rr *roundRunner[T]) Err() error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rr.err
+}
+
+// Value implements context.Context: the caller's values.
+func (rr *roundRunner[T]) Value(key any) any { return rr.values.Value(key) }
+
+func (rr *roundRunner[T]) String() string { return "redlock round context" }
+
+// end ends the context with err, once.
+func (rr *roundRunner[T]) end(err error) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.err != nil {
+		return
+	}
+	rr.err = err
+	close(rr.done)
+	if rr.timer != nil {
+		rr.timer.Stop()
+	}
+}
+
+// expire ends the context at its deadline.
+func (rr *roundRunner[T]) expire() { rr.end(context.DeadlineExceeded) }
+
+// Settled ends the context once every call returned (quorum.Runner).
+func (rr *roundRunner[T]) Settled() { rr.end(context.Canceled) }
 
 // Run calls node r.idx[j] through its health record.
 func (rr *roundRunner[T]) Run(ctx context.Context, j int) (T, bool, error) {

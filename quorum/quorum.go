@@ -43,13 +43,15 @@ func (r Reply[T]) Unsettled() bool { return r.Done && (r.OK || r.Err != nil) }
 type Op[T any] func(ctx context.Context, i int) (value T, ok bool, err error)
 
 // Runner is an operation and its callbacks in one value, for StartRunner:
-// Run is the Op, Undo and OnReply are called where Options.Undo and
-// Options.OnReply would be (Undo for every Unsettled reply once the Call was
-// abandoned, OnReply for every reply). One value instead of a closure each.
+// Run is the Op; Undo, OnReply and Settled are called where Options.Undo,
+// Options.OnReply and Options.Settled would be (Undo for every Unsettled
+// reply once the Call was abandoned, OnReply for every reply, Settled once
+// every Run returned). One value instead of a closure each.
 type Runner[T any] interface {
 	Run(ctx context.Context, i int) (value T, ok bool, err error)
 	Undo(i int, r Reply[T])
 	OnReply(i int, r Reply[T])
+	Settled()
 }
 
 // Options tune a Call. The zero value is usable.
@@ -124,9 +126,9 @@ func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
 }
 
 // StartRunner is Start with the operation and its callbacks in r;
-// o.Undo and o.OnReply are ignored.
+// o.Undo, o.OnReply and o.Settled are ignored.
 func StartRunner[T any](ctx context.Context, n int, r Runner[T], o Options[T]) *Call[T] {
-	o.Undo, o.OnReply = nil, nil
+	o.Undo, o.OnReply, o.Settled = nil, nil, nil
 	return newCall(ctx, n, nil, r, o)
 }
 
@@ -212,7 +214,11 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		close(c.settled)
 	}
 	c.mu.Unlock()
-	if last && c.onDone != nil {
+	switch {
+	case !last:
+	case c.runner != nil:
+		c.runner.Settled()
+	case c.onDone != nil:
 		c.onDone()
 	}
 
@@ -288,6 +294,28 @@ func (c *Call[T]) Replies() []Reply[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Reply[T](nil), c.replies...)
+}
+
+// AbandonDone is Abandon for a caller that needs only which nodes had
+// answered: it returns their positions, all itself (which must hold 0..n-1)
+// when every node had, and nil when the call was abandoned already.
+func (c *Call[T]) AbandonDone(all []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dropped {
+		return nil
+	}
+	c.dropped = true
+	if c.pending == 0 {
+		return all
+	}
+	done := make([]int, 0, len(c.replies)-c.pending)
+	for i, r := range c.replies {
+		if r.Done {
+			done = append(done, i)
+		}
+	}
+	return done
 }
 
 // Abandon marks the call as abandoned: every node that answers from now on with an

@@ -451,7 +451,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
 	split := &l.split
-	sctx := split.watch(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
+	halt := split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
 	defer split.stop()
 	// The call, undo and reply callback are l's methods (acquireOps).
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}}
@@ -466,7 +466,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		}
 	}
 	call := rd.start(ctx, c)
-	o := call.Wait(sctx)
+	o := call.WaitOr(ctx, halt)
 	splitVote := !o.Decided && split.split(ctx)
 	split.stop()
 	now := c.cfg.clock.Now()

@@ -57,6 +57,7 @@ type muxReq struct {
 	cmd   string
 	args  []any
 	reply chan muxResult // buffered: the reader never blocks on an absent caller
+	buf   [8]any         // args, when they fit: the caller's slice is not kept
 }
 
 type muxResult struct {
@@ -124,14 +125,17 @@ func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
 // is left to the garbage collector.
 var muxReqs = sync.Pool{New: func() any { return &muxReq{reply: make(chan muxResult, 1)} }}
 
+// newMuxReq returns a request for cmd with a copy of args (the caller's
+// slice may be on its stack).
 func newMuxReq(cmd string, args []any) *muxReq {
 	req := muxReqs.Get().(*muxReq)
-	req.cmd, req.args = cmd, args
+	req.cmd, req.args = cmd, append(req.buf[:0], args...)
 	return req
 }
 
 // free recycles req; its reply channel is empty.
 func (req *muxReq) free() {
+	clear(req.buf[:])
 	req.cmd, req.args = "", nil
 	muxReqs.Put(req)
 }

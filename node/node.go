@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -508,8 +509,8 @@ type redisEvaler struct{ r *Redis }
 // the number of keys, the keys, the arguments.
 func (e redisEvaler) Eval(ctx context.Context, c Call) (any, error) {
 	s := c.Script.s
-	args := make([]any, 2, 2+len(c.Keys)+len(c.Args))
-	args[0], args[1] = s.hashArg, s.keys
+	var buf [8]any // on the stack: the connection copies what it sends
+	args := append(buf[:0], s.hashArg, s.keys)
 	for _, k := range c.Keys {
 		args = append(args, k)
 	}
@@ -574,5 +575,5 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 			return nil, err
 		}
 	}
-	return redis.DoContext(c, ctx, cmd, args...)
+	return redis.DoContext(c, ctx, cmd, slices.Clone(args)...) // args may be on the caller's stack
 }

@@ -260,19 +260,24 @@ func (c *Call[T]) snapshot() Outcome[T] {
 
 // Wait returns the outcome as soon as it is decided, or the state so far (Decided
 // false) when ctx ends first.
-func (c *Call[T]) Wait(ctx context.Context) Outcome[T] {
+func (c *Call[T]) Wait(ctx context.Context) Outcome[T] { return c.WaitOr(ctx, nil) }
+
+// WaitOr is Wait that also stops waiting once stop is closed (nil: never).
+func (c *Call[T]) WaitOr(ctx context.Context, stop <-chan struct{}) Outcome[T] {
 	select {
 	case <-c.decided:
+		return c.outcome
 	case <-ctx.Done():
-		select {
-		case <-c.decided: // decided at the same moment: prefer the outcome
-		default:
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.snapshot()
-		}
+	case <-stop:
 	}
-	return c.outcome
+	select {
+	case <-c.decided: // decided at the same moment: prefer the outcome
+		return c.outcome
+	default:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.snapshot()
+	}
 }
 
 // Settled is closed once every node has answered or failed.

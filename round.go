@@ -70,7 +70,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// the round's start (a context per call cost four allocations a node):
 	// the runner is the context, ended once every call returned.
 	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
-		values: context.WithoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
+		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
 	rr.mu.Lock() // the timer may fire at once
 	rr.timer = time.AfterFunc(r.timeout, rr.expire)
 	rr.mu.Unlock()
@@ -98,6 +98,16 @@ type roundRunner[T any] struct {
 }
 
 var _ context.Context = (*roundRunner[int])(nil)
+
+// withoutCancel is context.WithoutCancel, without its allocation when ctx
+// can never be cancelled (context.Background, and contexts that only add
+// values to it): Done returns nil.
+func withoutCancel(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
 
 // Deadline implements context.Context.
 func (rr *roundRunner[T]) Deadline() (time.Time, bool) { return rr.deadline, true }

@@ -133,8 +133,8 @@ func StartRunner[T any](ctx context.Context, n int, r Runner[T], o Options[T]) *
 }
 
 func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options[T]) *Call[T] {
-	buf := make([]Reply[T], 2*n)
-	c := &Call[T]{
+	c, buf := alloc[T](n)
+	*c = Call[T]{
 		need:    o.Need,
 		runner:  r,
 		undo:    o.Undo,
@@ -168,6 +168,32 @@ func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options
 		}
 	}
 	return c
+}
+
+// alloc returns a Call and the 2n replies it needs (its replies and the
+// outcome's snapshot), in one allocation up to 5 nodes.
+func alloc[T any](n int) (*Call[T], []Reply[T]) {
+	switch {
+	case n <= 1:
+		b := new(struct {
+			c Call[T]
+			r [2]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	case n <= 3:
+		b := new(struct {
+			c Call[T]
+			r [6]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	case n <= 5:
+		b := new(struct {
+			c Call[T]
+			r [10]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	}
+	return new(Call[T]), make([]Reply[T], 2*n)
 }
 
 // runIn is run, counted in g.

@@ -155,8 +155,8 @@ const QueueACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +ptt
 // Both modes wait, woken by a release, as a user with MinimalACL; without
 // QueueACL (a rule written for the default mode before the queue was one)
 // locks taken at once still work in the default mode (the release falls
-// back to release.lua), and a Lock call that has to wait fails by its
-// deadline with an error that names the missing permission.
+// back to release.lua), and a Lock call that has to wait fails at once with
+// an error that names the missing permission.
 func TestMinimalACLQueue(t *testing.T) {
 	s := redistest.Start(t)
 	old := strings.TrimSuffix(MinimalACL, " "+QueueACL)
@@ -194,9 +194,11 @@ func TestMinimalACLQueue(t *testing.T) {
 			l, err := c.TryLock(ctxT(t, 5*time.Second), res)
 			require.NoError(t, err)
 			defer l.Release(context.Background())
-			_, err = oc.Lock(ctxT(t, 2*time.Second), res)
+			start := time.Now()
+			_, err = oc.Lock(ctxT(t, 10*time.Second), res)
 			require.Error(t, err, "a waiter without the queue's commands")
 			assert.ErrorContains(t, err, "permission denied")
+			assert.Less(t, time.Since(start), 5*time.Second, "fails at once, not by its deadline")
 		})
 	}
 }

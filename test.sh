@@ -14,8 +14,9 @@
 # whose tests measure real time run one after another, while the simulation
 # (virtual time) and the consumer check (internal/tools: builds a module outside
 # the repository against the working tree's modules) run beside them. The fault
-# suite, the most timing-sensitive, runs last, alone. REDLOCK_TEST_SERIAL=1 runs
-# every module one after another instead.
+# suite, the most timing-sensitive, follows the timed modules in their lane,
+# still beside the simulation's (which needs no real time). REDLOCK_TEST_SERIAL=1
+# runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
 # prints a passing package's output only with -v) to $REDLOCK_FAULT_REPORT and
@@ -114,12 +115,17 @@ echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
 	lane $timed $untimed
+	lane $alone
 else
+	# The fault suite follows the timed modules, beside the end of the
+	# simulation (the longest lane): its scenarios run one at a time
+	# (faults/harness/hostlock.go), so the two cores hold at most one of
+	# them and the simulation's virtual time.
 	lane $untimed &
 	lane $timed
+	lane $alone
 	wait
 fi
-lane $alone
 
 echo "--- durations (total $((SECONDS - total))s)"
 cat "$logs/durations"

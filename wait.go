@@ -150,8 +150,9 @@ func (w *waiting) queue(ctx context.Context, ticket int64) {
 }
 
 // attempt makes one attempt. It returns the lock, or the error that ends the
-// call (bad input, a closed client, failed fencing: retrying cannot help), or
-// neither, again telling whether to try again at once.
+// call (bad input, a closed client, failed fencing, nodes whose ACL refuses
+// the scripts: retrying cannot help), or neither, again telling whether to
+// try again at once.
 func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) {
 	c := w.c
 	l, err = c.try(ctx, w.resource, w.lc)
@@ -166,8 +167,11 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err
 	}
 	w.last = qe
+	if denied(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+		return nil, false, err // so many nodes refuse the commands that no attempt can win
+	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
-	if w.lc.waiter != nil && w.last.Failed > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+	if w.lc.waiter != nil && down(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		w.yieldPlace()
 	}
 	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
@@ -183,11 +187,37 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
 }
 
+// denied counts the nodes of qe that failed with a permission error (an ACL
+// without the commands of the scripts: docs/operations.md).
+func denied(qe *QuorumError) int {
+	n := 0
+	for _, e := range qe.Errs {
+		if e != nil && e.Err != nil && isPermission(e.Err.Error()) {
+			n++
+		}
+	}
+	return n
+}
+
+// down counts the nodes of qe whose breaker was open (ErrNodeDown): nodes
+// that failed calls in a row, not one slow answer.
+func down(qe *QuorumError) int {
+	n := 0
+	for _, e := range qe.Errs {
+		if e != nil && errors.Is(e.Err, ErrNodeDown) {
+			n++
+		}
+	}
+	return n
+}
+
 // yieldPlace gives up the call's place in the nodes' queues after an attempt
-// that failed on so many nodes that it could not have won: a waiter that
-// reaches fewer than a majority would otherwise keep the head of the nodes
-// it reaches, where no waiter behind it can be granted (head-only), for as
-// long as it waits. Its next attempt takes a new place, from the nodes'
+// that could not have won because so many nodes are down for this client
+// (their breakers open: failing calls in a row, not one slow answer, which
+// would make every waiter of an overloaded node give up its place): a
+// waiter that reaches fewer than a majority would otherwise keep the head of
+// the nodes it reaches, where no waiter behind it can be granted
+// (head-only), for as long as it waits. Its next attempt takes a new place, from the nodes'
 // clocks, behind the waiters queued meanwhile (docs/safety.md).
 func (w *waiting) yieldPlace() {
 	w.c.leaveQueue(w.c.lockKey(w.resource), w.lc.waiter, false)

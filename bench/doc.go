@@ -11,7 +11,11 @@
 //   - a small redis-server launcher (Server, Cluster): free loopback ports,
 //     persistence off, pause (SIGSTOP), resume (SIGCONT) and kill (SIGKILL);
 //   - one Locker adapter per library (NewRedlock, NewRedsync, NewRedislock), so
-//     that every scenario drives every library through the same loop;
+//     that every scenario drives every library through the same loop; and
+//     this library over the adapter nodes of its goredis and rueidis modules
+//     (NewRedlockGoredis, NewRedlockRueidis: modules required with replace
+//     directives to ../goredis and ../rueidis), compared with its own node by
+//     the command's clients-adapters phase;
 //   - the scenarios (Sequential, Throughput, Contended) and the report writers
 //     (WriteMarkdown, WriteSVG) used by the command cmd/redlock-bench, which
 //     produces docs/benchmarks.md and docs/benchmarks.svg.

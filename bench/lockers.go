@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,6 +66,10 @@ func NewLocker(lib string, addrs []string) (Locker, error) {
 		return NewRedlock(addrs)
 	case LibRedlockFair:
 		return NewRedlock(addrs, redlock.WithFair())
+	case LibRedlockGoredis:
+		return NewRedlockGoredis(addrs)
+	case LibRedlockRueidis:
+		return NewRedlockRueidis(addrs)
 	case LibRedsync:
 		return NewRedsync(addrs), nil
 	case LibRedislock:
@@ -83,6 +88,9 @@ type RedlockLocker struct {
 	n   int
 	lib string
 	req Requests
+	// closers close the Redis clients below adapter nodes (see
+	// NewRedlockGoredis).
+	closers []func() error
 }
 
 // NewRedlock dials this library's client over addrs, with opts added.
@@ -122,8 +130,9 @@ func (l *RedlockLocker) Lock(ctx context.Context, key string) (Held, error) {
 	return lk, nil
 }
 
-// Close implements Locker; it waits for background releases of stragglers.
-func (l *RedlockLocker) Close() error { return l.C.Close() }
+// Close implements Locker; it waits for background releases of stragglers,
+// then closes the adapters' Redis clients, if any.
+func (l *RedlockLocker) Close() error { return errors.Join(l.C.Close(), l.closeClients()) }
 
 // RedsyncLocker is go-redsync v4 over redigo pools (MaxIdle PoolSize, timeouts
 // RedsyncReadTimeout), with its defaults (retry 50–250ms, 32 tries) and an

@@ -27,7 +27,11 @@ func (r *Requests) Unparsed() int64 { return r.bad.Load() }
 // DialContext dials like a net.Dialer and counts the commands written on the
 // connection.
 func (r *Requests) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
+	return r.dial(ctx, &net.Dialer{}, network, addr)
+}
+
+// dial dials with d and counts the commands written on the connection.
+func (r *Requests) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err

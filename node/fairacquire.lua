@@ -11,7 +11,7 @@
 -- node's clock; a queued one keeps its place, or moves to a ticket within the
 -- bound (a new one the client took from the nodes' clocks).
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
--- dropped first; a caller that left already is refused and not queued again
+-- dropped when they may stand before the caller; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
 -- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
 -- renewed; the SET NX is tried only if the caller is at the head, which stays
@@ -23,24 +23,24 @@
 -- clock in µs, and 1 if the caller is queued here (or granted), 0 if its
 -- ticket was out of bounds, -1 if it is not queued for another reason (no
 -- ticket, or it left).
-local ticketBound = 1000000 -- µs: node.TicketBound (wakequeue.lua has the same)
+local ticketBound = 1000000 -- µs: node.TicketBound
 local t = redis.call('TIME')
 local nowus = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowus / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
-for _, w in ipairs(dead) do
-  redis.call('ZREM', KEYS[3], w)
-  redis.call('ZREM', KEYS[4], w)
+-- dropDead drops the waiters whose lease ran out (at most 100 per call). It
+-- runs only where the head matters and may be one of them: a caller at the
+-- head needs no scan.
+local function dropDead()
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', KEYS[3], w)
+    redis.call('ZREM', KEYS[4], w)
+  end
+  return #dead
 end
 local f = redis.call('GET', KEYS[2])
 local present = 1
 if not f then f = '0'; present = 0 end
-if redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
-  -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
-  -- late attempt of a Lock call that is over. Queuing it again would leave a
-  -- head nobody serves until its lease ran out.
-  return {0, f, present, 0, nowus, -1}
-end
 local ticket = tonumber(ARGV[4])
 local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
@@ -48,8 +48,15 @@ if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
   end
+elseif redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
+  -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
+  -- late attempt of a Lock call that is over. Queuing it again would leave a
+  -- head nobody serves until its lease ran out. (A queued waiter has no
+  -- such mark: a leave removes it before marking it.)
+  return {0, f, present, 0, nowus, -1}
 elseif ticket == 0 then
   -- No ticket yet: the lock only if nobody waits for it, and no place.
+  dropDead()
   if not redis.call('ZRANGE', KEYS[3], 0, 0)[1] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {1, f, present, 0, nowus, -1}
   end
@@ -65,6 +72,9 @@ redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
 redis.call('PEXPIRE', KEYS[3], 2 * lease)
 redis.call('PEXPIRE', KEYS[4], 2 * lease)
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+if ahead > 0 and dropDead() > 0 then
+  ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+end
 if ahead > 0 then
   -- Not the caller's turn. If the lock is free here, the head may have missed
   -- its wake-up (it was queued here after the release that should have woken

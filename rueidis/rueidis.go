@@ -26,7 +26,6 @@ package rueidis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,9 +48,9 @@ type Node struct {
 	timeout time.Duration
 	q       *Quarantine
 
-	mu      sync.Mutex
-	watches map[*watch]struct{}
-	closed  bool
+	mu     sync.Mutex
+	keys   map[string]*keySub // watched keys, and lingering ones (watch.go)
+	closed bool
 }
 
 var (
@@ -132,7 +131,7 @@ func New(c rd.Client, opts ...Option) (*Node, error) {
 			name += "/" + addrs[0]
 		}
 	}
-	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, watches: map[*watch]struct{}{}}
+	n := &Node{c: c, name: name, timeout: cfg.timeout, q: cfg.q, keys: map[string]*keySub{}}
 	n.Scripted = node.Scripted{Evaler: evaler{n}, Timeout: cfg.timeout}
 	if n.q != nil {
 		// A quarantined node refuses every script that can grant a lock; a
@@ -146,16 +145,19 @@ func New(c rd.Client, opts ...Option) (*Node, error) {
 // Name implements node.Node.
 func (n *Node) Name() string { return n.name }
 
-// Close implements node.Node: it ends the node's watches, and leaves the client
-// open.
+// Close implements node.Node: it ends the node's watches (unsubscribing their
+// keys, within the node's timeout), and leaves the client open.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	n.closed = true
-	ws := n.watches
-	n.watches = map[*watch]struct{}{}
+	var gone []chan struct{}
+	for _, ks := range n.keys {
+		ks.retire()
+		gone = append(gone, ks.gone)
+	}
 	n.mu.Unlock()
-	for w := range ws {
-		w.stop()
+	for _, g := range gone {
+		<-g
 	}
 	return nil
 }
@@ -170,10 +172,13 @@ var scripts = func() map[string]*rd.Lua {
 	return m
 }()
 
-// bound applies the node's timeout to ctx, unless ctx already ends sooner.
+// bound applies the node's timeout to ctx, unless ctx already ends sooner
+// (then ctx as it is: the lock client bounds every node call by the node
+// timeout already, and a context derived for nothing costs an allocation and
+// a registration with its parent on every call).
 func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= n.timeout {
-		return context.WithCancel(ctx)
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, n.timeout)
 }
@@ -226,79 +231,4 @@ func (n *Node) Ping(ctx context.Context) error {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	return n.c.Do(ctx, n.c.B().Ping().Build()).Error()
-}
-
-type watch struct {
-	ch     chan struct{}
-	cancel context.CancelFunc
-	once   sync.Once
-	n      *Node
-}
-
-func (w *watch) poke() {
-	select {
-	case w.ch <- struct{}{}:
-	default:
-	}
-}
-
-func (w *watch) stop() {
-	w.once.Do(func() {
-		w.cancel()
-		w.n.mu.Lock()
-		delete(w.n.watches, w)
-		w.n.mu.Unlock()
-	})
-}
-
-// Watch implements node.Watcher with rueidis' Receive, which shares the
-// client's connection and re-subscribes after a reconnection. The channel is
-// poked after every release notification and every re-subscription (a release
-// may have been missed meanwhile).
-func (n *Node) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	wctx, cancel := context.WithCancel(context.Background())
-	w := &watch{ch: make(chan struct{}, 1), cancel: cancel, n: n}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		cancel()
-		return nil, nil, errors.New("rueidis: node closed")
-	}
-	n.watches[w] = struct{}{}
-	n.mu.Unlock()
-	confirmed := make(chan struct{})
-	var first sync.Once
-	hctx := rd.WithOnSubscriptionHook(wctx, func(s rd.PubSubSubscription) {
-		if s.Kind != "subscribe" {
-			return
-		}
-		confirmedNow := false
-		first.Do(func() { close(confirmed); confirmedNow = true })
-		if !confirmedNow {
-			w.poke()
-		}
-	})
-	go func() {
-		for backoff := 50 * time.Millisecond; wctx.Err() == nil; backoff = min(2*backoff, 2*time.Second) {
-			// On a Cluster, subscribe on the master of the channel's slot (the
-			// lock key's: the channels carry its hash tag), where the scripts
-			// PUBLISH: a waiter listening elsewhere would miss its wake-ups.
-			sub := n.c.B().Subscribe().Channel(key).Build().SetSlot(key)
-			_ = n.c.Receive(hctx, sub, func(rd.PubSubMessage) { w.poke() })
-			if wctx.Err() != nil {
-				return
-			}
-			w.poke() // the subscription ended: a release may be missed until it is back
-			select {
-			case <-time.After(backoff):
-			case <-wctx.Done():
-			}
-		}
-	}()
-	select {
-	case <-confirmed:
-		return w.ch, w.stop, nil
-	case <-ctx.Done():
-		return w.ch, w.stop, ctx.Err()
-	}
 }

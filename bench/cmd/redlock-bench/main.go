@@ -12,6 +12,13 @@
 // goroutines on one key; sequential latency at N=5 with one node paused
 // (SIGSTOP) and with one killed (SIGKILL). The defaults take about a minute and
 // a half on two cores.
+//
+// The clients-adapters phase, run only when -phases names it, compares redlock
+// over its own redigo node with redlock over the goredis and rueidis adapter
+// nodes (issue 23): separate clients on one key, medians of -rounds runs of
+// -clients-duration each, at every N of -adapters-nodes (default 5):
+//
+//	cd bench && go run ./cmd/redlock-bench -phases clients-adapters -docs '' -rounds 5
 package main
 
 import (
@@ -22,6 +29,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +38,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +67,8 @@ type flags struct {
 	clientsDuration time.Duration
 	clientsHold     time.Duration
 	phases          string
+	adapterNodes    string
+	adapterNs       []int // adapterNodes, parsed
 }
 
 func main() {
@@ -78,17 +89,23 @@ func main() {
 	flag.IntVar(&f.clients, "clients", 8, "separate clients of the separate-clients scenarios")
 	flag.DurationVar(&f.clientsDuration, "clients-duration", 3*time.Second, "time of each separate-clients run")
 	flag.DurationVar(&f.clientsHold, "clients-hold", 0, "how long a separate client holds the lock")
-	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed")
+	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all but clients-adapters): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed,clients-adapters")
+	flag.StringVar(&f.adapterNodes, "adapters-nodes", "5", "comma-separated N of the clients-adapters phase (1, 3 or 5; each adds 3 × -rounds × -clients-duration)")
 	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
 	flag.BoolVar(&f.profileOnly, "profile-only", false, "with -cpuprofile: skip the benchmarks and the report, run only the profiled run")
 	flag.StringVar(&f.profileLib, "profile-lib", bench.LibRedlock, "library of the -cpuprofile run: "+bench.LibRedlock+" or "+bench.LibRedsync)
 	flag.Parse()
-	if flag.NArg() > 0 || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 {
+	adapterNs, err := parseNodes(f.adapterNodes)
+	if err != nil {
+		log.Print(err)
+	}
+	if flag.NArg() > 0 || err != nil || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
+	f.adapterNs = adapterNs
 	if err := run(f); err != nil {
 		log.Print(err)
 		os.Exit(1)
@@ -114,6 +131,9 @@ type runner struct {
 	rep *bench.Report
 	// seq is a sequential run's configuration, seqRound one round's of it.
 	seq, seqRound bench.SequentialConfig
+	// adapterNotes are the clients-adapters phase's summary, for the report's
+	// notes (its results are not in the tables).
+	adapterNotes []string
 }
 
 func run(f flags) error {
@@ -142,12 +162,14 @@ func run(f flags) error {
 	r.seqRound = r.seq
 	r.seqRound.Iterations, r.seqRound.MaxTime = ceilDiv(f.iters, f.rounds), f.maxSeq/time.Duration(f.rounds)
 	phases := []struct {
-		name string
-		run  func() error
-	}{{"sequential", r.sequential}, {"throughput", r.throughput}, {"contended", r.contended}, {"clients", r.clients},
-		{"clients-fair", r.clientsFair}, {"clients-paused", r.clientsPaused}, {"paused", r.paused}, {"killed", r.killed}}
+		name     string
+		run      func() error
+		optional bool // run only when -phases names it
+	}{{"sequential", r.sequential, false}, {"throughput", r.throughput, false}, {"contended", r.contended, false}, {"clients", r.clients, false},
+		{"clients-fair", r.clientsFair, false}, {"clients-paused", r.clientsPaused, false}, {"paused", r.paused, false}, {"killed", r.killed, false},
+		{"clients-adapters", r.clientsAdapters, true}}
 	for _, p := range phases {
-		if f.phases != "" && !slices.Contains(strings.Split(f.phases, ","), p.name) {
+		if f.phases == "" && p.optional || f.phases != "" && !slices.Contains(strings.Split(f.phases, ","), p.name) {
 			continue
 		}
 		if err := p.run(); err != nil {
@@ -165,7 +187,7 @@ func run(f flags) error {
 			loadBefore, loadAvg(), rep.Machine.CPUs)
 	}
 	rep.Settings = settings(f)
-	rep.Notes = notes(rep, f)
+	rep.Notes = append(notes(rep, f), r.adapterNotes...)
 	for _, t := range rep.Targets() {
 		log.Printf("target: %s: %s (met: %v)", t.Name, t.Measured, t.Met)
 	}
@@ -372,6 +394,126 @@ func (r *runner) clientsPaused() error {
 	}
 	r.add(bench.Merge(refs...), bench.Merge(pauses...))
 	return nil
+}
+
+// adapterLibs are the libraries of the clients-adapters phase: the core's
+// redigo node first (the reference), then the adapter nodes.
+var adapterLibs = []string{bench.LibRedlock, bench.LibRedlockGoredis, bench.LibRedlockRueidis}
+
+// clientsAdapters runs f.clients separate clients of redlock over each kind of
+// node (the core's redigo node, the goredis and the rueidis adapters) on one
+// key, at every N of -adapters-nodes, in f.rounds rounds: each round runs the
+// three in turn (starting with a different one each round), each run lasts
+// f.clientsDuration on fresh clients. Every run is logged; each library is
+// summed up by the medians of its runs (bench.Median), and every adapter is
+// compared with the redigo node (bench.CompareAdapter). Its results stay out
+// of the report's tables and targets; the summary goes to its notes.
+func (r *runner) clientsAdapters() error {
+	parts := map[config][]bench.Result{}
+	for round := 0; round < r.f.rounds; round++ {
+		for _, n := range r.f.adapterNs {
+			for i := range adapterLibs {
+				lib := adapterLibs[(i+round)%len(adapterLibs)]
+				res, err := r.once(lib, n, r.f.clients, func(ls []bench.Locker) bench.Result {
+					cc := r.clientsConfig(ls[0])
+					cc.Duration = r.f.clientsDuration
+					client0, server0 := processCPU(), r.serverCPU(n)
+					res := bench.ContendedClients(r.ctx, bench.ScenarioClientsAdapters, ls, cc)
+					client1, server1 := processCPU(), r.serverCPU(n)
+					if res.Ops > 0 && client0 >= 0 && client1 >= 0 {
+						res.ClientCPUPerOp = (client1 - client0) / time.Duration(res.Ops)
+					}
+					if res.Ops > 0 && server0 >= 0 && server1 >= 0 {
+						res.ServerCPUPerOp = (server1 - server0) / time.Duration(res.Ops)
+					}
+					return res
+				})
+				if err != nil {
+					return err
+				}
+				logResult(res)
+				parts[config{lib, n}] = append(parts[config{lib, n}], res)
+			}
+		}
+	}
+	allMet := true
+	for _, n := range r.f.adapterNs {
+		core := bench.Median(parts[config{bench.LibRedlock, n}]...)
+		for _, lib := range adapterLibs {
+			m := bench.Median(parts[config{lib, n}]...)
+			line := fmt.Sprintf("%s, %s N=%d, medians of %d runs of %v: %.0f acq/s, handoff p50 %s ms, p99 %s ms, fairness %.2f, sent/op %s, cmds/op %s, CPU µs/op client %s + servers %s",
+				bench.ScenarioClientsAdapters, lib, n, m.Rounds, r.f.clientsDuration, m.OpsPerSec,
+				msText(m.P50), msText(m.P99), m.Fairness, numText(m.ReqsPerOp), numText(m.CmdsPerOp), usText(m.ClientCPUPerOp), usText(m.ServerCPUPerOp))
+			if m.Errors > 0 || m.Overlaps > 0 {
+				line += fmt.Sprintf(", %d errors (first: %v), %d overlaps", m.Errors, m.FirstErr, m.Overlaps)
+			}
+			if lib != bench.LibRedlock && core.OpsPerSec > 0 && core.P50 > 0 {
+				line += fmt.Sprintf("; ÷ redigo node: acq/s %.2f×, handoff p50 %.2f×", m.OpsPerSec/core.OpsPerSec, float64(m.P50)/float64(core.P50))
+				if m.ClientCPUPerOp > 0 && core.ClientCPUPerOp > 0 && m.ServerCPUPerOp > 0 && core.ServerCPUPerOp > 0 {
+					line += fmt.Sprintf(", CPU/op client %.2f×, client + servers %.2f×", float64(m.ClientCPUPerOp)/float64(core.ClientCPUPerOp),
+						float64(m.ClientCPUPerOp+m.ServerCPUPerOp)/float64(core.ClientCPUPerOp+core.ServerCPUPerOp))
+				}
+			}
+			log.Print(line)
+			r.adapterNotes = append(r.adapterNotes, line)
+		}
+		for _, lib := range adapterLibs[1:] {
+			t := bench.CompareAdapter(core, bench.Median(parts[config{lib, n}]...))
+			allMet = allMet && t.Known && t.Met
+			log.Printf("target: %s: %s (met: %v)", t.Name, t.Measured, t.Known && t.Met)
+		}
+	}
+	t := fmt.Sprintf("adapters within %.0f %% of the redigo node, N=%s (medians of %d runs)", 100*bench.AdapterTolerance, r.f.adapterNodes, r.f.rounds)
+	log.Printf("target: %s (met: %v)", t, allMet)
+	r.adapterNotes = append(r.adapterNotes, fmt.Sprintf("%s: met: %v", t, allMet))
+	return nil
+}
+
+// serverCPU returns the CPU time of the first n servers, or -1.
+func (r *runner) serverCPU(n int) time.Duration {
+	d, err := r.cl.CPUTime(n)
+	if err != nil {
+		return -1
+	}
+	return d
+}
+
+// processCPU returns the CPU time (user + system) of this process, or -1.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func usText(d time.Duration) string {
+	if d <= 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
+}
+
+func msText(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+
+func numText(v float64) string {
+	if math.IsNaN(v) {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// parseNodes parses -adapters-nodes: distinct N among 1, 3 and 5.
+func parseNodes(s string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || (n != 1 && n != 3 && n != 5) || slices.Contains(ns, n) {
+			return nil, fmt.Errorf("-adapters-nodes %q: want distinct N among 1, 3 and 5, comma-separated", s)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }
 
 // paused runs sequential Lock+Release at N=5 with the fifth node paused.

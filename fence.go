@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (wiped nodes are not trusted until repaired)")
+	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (nodes without it, wiped or never written, are not trusted until repaired; if fewer than a majority of the nodes have one, an operator must restore the counters: docs/fencing.md §6)")
 	errCounterExhausted = errors.New("fence counter at its maximum")
 	errLeaseOver        = errors.New("the lease ran out before the token was written back: nothing sent")
 	errCounterFound     = errors.New("fence counter found at write-back on a node after the acquisition saw none anywhere (the resource was fenced meanwhile, or a node lost its counter): the first token is not taken")
@@ -35,15 +35,18 @@ func WithFence() LockOption {
 // holder on a node they share gets the larger one, whatever the clocks, pauses or
 // network delays, provided no node loses its counter (docs/fencing.md). A node
 // that granted the lock without a counter while other nodes have one is not
-// trusted for the write-back, and is repaired once the token is established.
-// When no node reported a counter, the first token is created only where no
-// counter exists by the write-back, and only if none does on any node that
-// answers.
+// trusted for the write-back, and is repaired inside the lock. When no node
+// reported a counter, the first token is created, inside the lock, only where
+// no counter exists, and only if none does on any node that answers. A
+// counter is never created outside the caller's own lock window.
 //
-// Fence fails with ErrLockLost when the lease has run out (Until has passed:
-// nothing is sent), when the write-back cannot reach a majority of nodes that
-// still hold the lock, or finds a counter where the acquisition saw none; and
-// with ErrUnavailable when ctx ends first.
+// Fence fails with ErrLockLost when Until has passed when it starts (it then
+// sends nothing; Until is checked once, before anything is sent, so a Fence
+// that started in time may still be sending after Until), when the write-back
+// cannot reach a majority of nodes that still hold the lock, or finds a
+// counter where the acquisition saw none, or too few nodes that granted the
+// lock have a counter (see docs/fencing.md §6 for a resource left in that
+// state); and with ErrUnavailable when ctx ends first.
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
@@ -66,10 +69,12 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 		return 0, l.c.failed("fence", l.resource, ErrLockLost, errReleased)
 	}
 	// Past Until the write-back may still find the keys (Until keeps a drift
-	// margin), but its plan may be older than tokens taken since, and its
-	// raises and creations would give a node that lost its counter one below
-	// a token it had accepted: a rolled-back counter, trusted and undetected
-	// (docs/fencing.md §6). Nothing is sent.
+	// margin), but the lease no longer protects anything (P3), and the plan
+	// may be older than tokens taken since. Nothing is sent. Checked once,
+	// here: a Fence that starts in time may still be sending after Until. (No
+	// longer needed for the guarantee: every write that can create a counter
+	// is checked against our lock key on the node, and raises never create
+	// one; docs/fencing.md §2.4.)
 	if !l.c.cfg.clock.Now().Before(l.Until()) {
 		return 0, l.c.failed("fence", l.resource, ErrLockLost, errLeaseOver)
 	}
@@ -118,23 +123,36 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 }
 
 // writeFence is one round trip to every node: the trusted nodes write token back
-// inside the lock (only they count); every other node is raised to it. The token
-// is above every token established before (the trusted majority's counters bound
-// them all), so raising repairs suspects, and gives nodes that never saw the
-// resource a counter, so that they are not mistaken for wiped nodes later.
+// inside the lock (only they count). The suspects are repaired the same way,
+// inside the lock, without counting: the token is above every token they
+// accepted before they lost their counters (docs/fencing.md §6, the repair
+// lemma), and a repair that lands late finds our window closed (any loss
+// closes it) and writes nothing. Every other node's counter, if it has one,
+// is raised to the token; a raise never creates a counter (it could land after
+// that node lost its data and accepted larger tokens).
 func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect []int) error {
 	c := l.c
 	trusted := make([]bool, len(c.nodes))
 	for _, i := range eligible {
 		trusted[i] = true
 	}
+	isSuspect := make([]bool, len(c.nodes))
+	for _, i := range suspect {
+		isSuspect[i] = true
+	}
 	start := c.cfg.clock.Now()
-	call := round[struct{}]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (struct{}, bool, error) {
-		if !trusted[i] {
-			return struct{}{}, false, n.RaiseFence(ctx, l.fenceKey, token)
+	// The value is true when a suspect was repaired.
+	call := round[bool]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
+		switch {
+		case trusted[i]:
+			ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+			return false, ok, err
+		case isSuspect[i]:
+			ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+			return ok, false, err
+		default:
+			return false, false, n.RaiseFence(ctx, l.fenceKey, token)
 		}
-		ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
-		return struct{}{}, ok, err
 	}}.start(ctx, c)
 	o := call.Wait(ctx)
 	if !o.Success {
@@ -154,7 +172,7 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 	}
 	grace.Stop()
 	for _, i := range suspect {
-		if r := call.Replies()[i]; r.Done && r.Err == nil {
+		if r := call.Replies()[i]; r.Done && r.Err == nil && r.Value {
 			c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[i].Name())
 		}
 	}
@@ -166,63 +184,64 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 // once, and the replies were read at different times (the acquisition's,
 // stragglers included: possibly long before): another grant may have fenced the
 // resource since, on nodes that then answered here without a counter, and one of
-// which may since have lost it. So every node is asked to create the counter
-// only where none exists (whoever holds the lock), and the token is taken only
-// if every node answered or failed, none had a counter, and a majority of the
-// trusted nodes still held the lock. Of two grants that both planned a fresh
-// resource, the second to reach a node that both write finds the other's counter
-// there unless the node lost it in between; the first token can be taken twice
-// only if every node loses its counter while the two write-backs are in flight
+// which may since have lost it. Two rounds:
+//
+//  1. Every node is asked whether a counter exists (nothing is written), and
+//     every node must answer or fail. A counter anywhere fails the Fence with
+//     nothing written: the resource is not fresh, and the next grant reads it.
+//  2. The trusted nodes create the counter, only where none exists and only
+//     inside our lock window (a creation that lands late, after a loss of that
+//     node, finds our window closed and writes nothing). The token is taken
+//     once a majority created it, as in writeFence.
+//
+// In one round, the creations on the nodes without a counter went ahead while
+// another node reported one: a failed first Fence then left counters at 1 on
+// nodes that had accepted larger tokens before they lost their data. Of two
+// grants that both planned a fresh resource, the second to reach a node that
+// both trust finds the other's counter there unless the node lost it in between
 // (docs/fencing.md §6).
 func (l *Lock) createFence(ctx context.Context, token uint64, eligible, _ []int) error {
 	c := l.c
-	trusted := make([]bool, len(c.nodes))
-	for _, i := range eligible {
-		trusted[i] = true
-	}
-	call := round[bool]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
-		owner := ""
-		if trusted[i] {
-			owner = l.token
-		}
-		held, existed, err := n.CreateFence(ctx, l.key, l.fenceKey, owner, token)
-		return existed, held, err
+	// The value is true when the node has a counter.
+	check := round[bool]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
+		_, existed, err := n.CreateFence(ctx, l.key, l.fenceKey, "", token)
+		return existed, err == nil && !existed, err
 	}}.start(ctx, c)
-	o := call.Wait(ctx)
-	if o.Decided {
-		select {
-		case <-call.Settled():
-			o.Replies = call.Replies()
-		case <-ctx.Done():
-			o.Decided = false
-		}
+	select {
+	case <-check.Settled():
+	case <-ctx.Done():
+		return check.fail(ctx, l.resource, ErrUnavailable, check.Wait(ctx), nil)
 	}
-	if !o.Decided {
-		return call.fail(ctx, l.resource, ErrUnavailable, o, nil)
-	}
+	o := check.Wait(ctx)
+	o.Replies = check.Replies()
 	o.Yes, o.No, o.Failed = 0, 0, 0
-	found := false
 	for i, r := range o.Replies {
 		switch {
-		case r.Done && r.Err == nil && r.Value:
-			found = true
-			c.log(ctx, slog.LevelWarn, "fence counter found where the acquisition saw none: first token not taken", l.key, l.token, "node", c.nodes[i].Name())
-			o.No++
 		case r.Yes():
 			o.Yes++
 		case r.Err != nil:
 			o.Failed++
 		case r.Done:
 			o.No++
+			c.log(ctx, slog.LevelWarn, "fence counter found where the acquisition saw none: first token not taken", l.key, l.token, "node", c.nodes[i].Name())
 		}
 	}
-	if found {
-		qe := call.fail(ctx, l.resource, ErrLockLost, o, nil)
+	if o.No > 0 {
+		qe := check.fail(ctx, l.resource, ErrLockLost, o, nil)
 		qe.Cause = errCounterFound
 		return qe
 	}
-	if o.Yes < o.Need {
-		return call.fail(ctx, l.resource, ErrLockLost, o, nil)
+	create := round[bool]{op: "fence", idx: eligible, call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
+		held, existed, err := n.CreateFence(ctx, l.key, l.fenceKey, l.token, token)
+		return existed, held, err
+	}}.start(ctx, c)
+	o = create.Wait(ctx)
+	if !o.Success {
+		kind := ErrLockLost
+		if !o.Decided {
+			kind = ErrUnavailable
+		}
+		return create.fail(ctx, l.resource, kind, create.settle(ctx, o), nil)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
@@ -320,6 +321,10 @@ func (m *memNode) RaiseFence(ctx context.Context, fenceKey string, f uint64) err
 			return struct{}{}, errDown
 		}
 		cur, has := m.fence[fenceKey]
+		if !has {
+			m.log.event("", "  %s: raise to %d, no counter: nothing written", m.name, f)
+			return struct{}{}, nil
+		}
 		m.fence[fenceKey] = max(cur, f)
 		m.log.event("", "  %s: raise to %d, counter %s -> %d", m.name, f, counter(cur, has), m.fence[fenceKey])
 		return struct{}{}, nil
@@ -345,12 +350,12 @@ func (m *memNode) CreateFence(ctx context.Context, key, fenceKey, token string, 
 			m.log.event("", "  %s: create of %d for %s: counter %d exists", m.name, f, by, cur)
 			return created{existed: true}, nil
 		}
-		m.fence[fenceKey] = f
 		e, ok := m.live(key)
 		if token == "" || !ok || e.val != token {
-			m.log.event("", "  %s: create of %d for %s (not the holder), counter none -> %d", m.name, f, by, f)
+			m.log.event("", "  %s: create of %d for %s (not the holder): nothing written", m.name, f, by)
 			return created{}, nil
 		}
+		m.fence[fenceKey] = f
 		m.log.event("", "  %s: create of %d by %s in window %d, counter none -> %d", m.name, f, by, e.window, f)
 		m.log.mu.Lock()
 		m.log.all = append(m.log.all, writeBack{node: m.name, window: e.window, owner: token, token: f})
@@ -657,5 +662,109 @@ func TestFencePropertyLateGrantOnWipedNode(t *testing.T) {
 			grants = append(grants, grant{b.Token(), tokB})
 		}
 		require.NoError(t, checkFences(grants, log))
+	})
+}
+
+// TestFencePropertyDelayedRaiseOnWipedNode is TestFenceDelayedRaiseOnWipedNode
+// on in-memory nodes, within TestFenceProperty's "one wiped node at a time"
+// conditions: one wiped node (n2), every node answers (stragglers only), no
+// clock change, no lease runs out. A raise planned by X (token 2) is delayed on
+// n2 past Y's write-back of 3 there and past n2's wipe. Before the fix it
+// re-created n2's counter at 2, and Z, planning from n0 (2: Y's raise to it
+// still in flight) and n2 (2), took 3 again. Now the raise writes nothing: n2
+// is a suspect, so Z waits for n1 (3) and takes 4.
+func TestFencePropertyDelayedRaiseOnWipedNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		log := &writeLog{}
+		nt := newMemNet(3)
+		nodes := make([]*memNode, 3)
+		ifaces := make([]node.Node, 3)
+		for i := range nodes {
+			nodes[i] = newMemNode(fmt.Sprintf("n%d", i), i, clk, log)
+			nodes[i].net = nt
+			ifaces[i] = nodes[i]
+		}
+		c, err := redlock.New(ifaces, redlock.WithClock(clk), redlock.WithTTL(100*time.Millisecond), redlock.WithBreaker(0))
+		require.NoError(t, err)
+		defer c.Close()
+		ctx := context.Background()
+		defer func() {
+			if t.Failed() {
+				t.Logf("trace:\n%s", strings.Join(log.trace, "\n"))
+			}
+		}()
+		step := func(s int, until ...int) { log.event("", "step %d", s); nt.hold(s, until) }
+
+		// G0: a first fenced grant: every node has counter 1.
+		step(0, 0, 0, 0)
+		var g0 *redlock.Lock
+		runOp(nt, log, func() { g0, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err)
+		var tok0 uint64
+		runOp(nt, log, func() { tok0, err = g0.Fence(ctx) })
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), tok0)
+		runOp(nt, log, func() { err = g0.Release(ctx) })
+		require.NoError(t, err)
+
+		// X: its acquisition on n2 straggles; X takes n0, n1, plans 2 and
+		// raises n2, a straggler: that raise is delayed too.
+		step(1, 0, 0, 200)
+		var x *redlock.Lock
+		runOp(nt, log, func() { x, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err)
+		step(2, 0, 0, 50)
+		var tokX uint64
+		runOp(nt, log, func() { tokX, err = x.Fence(ctx) })
+		require.NoError(t, err)
+		require.Equal(t, uint64(2), tokX)
+		step(3, 0, 0, 0)
+		runOp(nt, log, func() { err = x.Release(ctx) })
+		require.NoError(t, err)
+
+		// Y: its acquisition on n0 straggles; Y takes n1 (2) and n2 (1),
+		// fences 3 on both; its raise of n0 is delayed.
+		step(4, 200, 0, 0)
+		var y *redlock.Lock
+		runOp(nt, log, func() { y, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err)
+		var tokY uint64
+		runOp(nt, log, func() { tokY, err = y.Fence(ctx) })
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), tokY)
+		step(5, 0, 0, 0)
+		runOp(nt, log, func() { err = y.Release(ctx) })
+		require.NoError(t, err)
+
+		// n2 loses its data (the only wiped node); then X's raise lands there.
+		nodes[2].wipe()
+		step(50, 0, 0, 0)
+		nt.deliver(50, log)
+		nodes[2].mu.Lock()
+		f, has := nodes[2].fence["redlock:{res}:fence"]
+		nodes[2].mu.Unlock()
+		assert.False(t, has, "X's late raise re-created the wiped node's counter (%d)", f)
+
+		// Z: its acquisition on n1 (counter 3) straggles; Z takes n0 and n2.
+		step(51, 0, 300, 0)
+		var z *redlock.Lock
+		runOp(nt, log, func() { z, err = c.TryLock(ctx, "res") })
+		require.NoError(t, err)
+		var tokZ uint64
+		runOp(nt, log, func() { tokZ, err = z.Fence(ctx) })
+		step(400, 0, 0, 0)
+		nt.deliver(-1, log)
+		grants := []grant{{g0.Token(), tok0}, {x.Token(), tokX}, {y.Token(), tokY}}
+		if err == nil {
+			log.event("", "Z fenced %d", tokZ)
+			grants = append(grants, grant{z.Token(), tokZ})
+		} else {
+			log.event("", "Z: %v", err)
+		}
+		require.NoError(t, checkFences(grants, log))
+		// n2 is a suspect: Z waits for n1, trusts n0 and n1, and repairs n2.
+		require.NoError(t, err)
+		require.Equal(t, uint64(4), tokZ)
 	})
 }

@@ -42,12 +42,15 @@ type Node interface {
 	// still holds token, and reports whether key held token.
 	WriteFence(ctx context.Context, key, fenceKey, token string, fence uint64) (bool, error)
 	// RaiseFence raises the counter at fenceKey to at least fence, whoever holds
-	// the lock.
+	// the lock, if the counter exists; it never creates one (a late raise on a
+	// node that lost its data would create a counter below tokens the node had
+	// accepted).
 	RaiseFence(ctx context.Context, fenceKey string, fence uint64) error
-	// CreateFence sets the counter at fenceKey to fence if no counter exists,
-	// whoever holds the lock, and reports whether a counter existed (then
-	// nothing was written) and, if not, whether key held token (never with
-	// token ""). It writes back the first token of a resource.
+	// CreateFence sets the counter at fenceKey to fence only if no counter
+	// exists and key holds token (never with token "": then it only checks),
+	// and reports whether a counter existed (then nothing was written) and, if
+	// not, whether key held token (the counter was created). It writes back the
+	// first token of a resource.
 	CreateFence(ctx context.Context, key, fenceKey, token string, fence uint64) (held, existed bool, err error)
 	Queuer
 	Watcher

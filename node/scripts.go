@@ -63,11 +63,12 @@ var (
 	// WriteFenceScript: KEYS lock, fence; ARGV token, fence. Reply 1 when the
 	// lock was held.
 	WriteFenceScript = Script{fenceScript}
-	// RaiseFenceScript: KEYS fence; ARGV fence. Reply 1.
+	// RaiseFenceScript: KEYS fence; ARGV fence. Raises an existing counter,
+	// never creates one. Reply 1.
 	RaiseFenceScript = Script{raiseScript}
-	// CreateFenceScript: KEYS lock, fence; ARGV token (or "": no lock check),
+	// CreateFenceScript: KEYS lock, fence; ARGV token (or "": check only),
 	// fence. Reply -1 when a counter existed (nothing written), else 1 when
-	// the lock was held, 0 when not.
+	// the lock was held (the counter is created), 0 when not (nothing written).
 	CreateFenceScript = Script{createScript}
 )
 

@@ -9,8 +9,10 @@
 // TTL honoured, the fence counter read with it and exact for any uint64);
 // Release and Extend are compare-and-delete and compare-and-PEXPIRE (a wrong
 // token changes nothing; Extend never re-creates a key); WriteFence raises the
-// counter only for the holder and never lowers it, RaiseFence for anyone,
-// CreateFence only where no counter exists (whoever holds the lock); a
+// counter only for the holder and never lowers it, RaiseFence raises an
+// existing counter for anyone and never creates one, CreateFence creates the
+// counter only where none exists and only for the holder (reporting an
+// existing counter to anyone, writing nothing); a
 // node notifies a release made with notify (Watch); the waiters' queue orders
 // refused waiters by ticket, grants only to its head and wakes the head only,
 // on its own channel; it queues a waiter only with a ticket within
@@ -94,8 +96,8 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"ExtendNeverRecreates", s.extendNeverRecreates},
 		{"FenceCounter", s.fenceCounter},
 		{"WriteFenceOnlyForHolder", s.writeFence},
-		{"RaiseFence", s.raiseFence},
-		{"CreateFenceOnlyWithoutCounter", s.createFence},
+		{"RaiseFenceNeverCreates", s.raiseFence},
+		{"CreateFenceOnlyWithoutCounterForHolder", s.createFence},
 		{"Watch", s.watch},
 		{"FairQueue", s.fairQueue},
 		{"TicketBound", s.ticketBound},
@@ -480,13 +482,22 @@ func (s *suite) writeFence(t *testing.T, n node.Node, k keys) {
 }
 
 func (s *suite) raiseFence(t *testing.T, n node.Node, k keys) {
+	if err := n.RaiseFence(ctx(t), k.fence, 7); err != nil {
+		t.Fatalf("RaiseFence: %v", err)
+	}
+	a := token()
+	if got := acquire(t, n, k, a, time.Minute); !got.OK || got.HasFence {
+		t.Fatalf("Acquire = %+v, want granted without a counter: RaiseFence never creates one", got)
+	}
+	ok, err := n.WriteFence(ctx(t), k.lock, k.fence, a, 1)
+	must(t, "WriteFence by the holder", ok, err, true)
 	for _, tc := range []struct{ raise, want uint64 }{{3, 3}, {2, 3}, {1<<53 + 1, 1<<53 + 1}, {1 << 53, 1<<53 + 1}} {
 		if err := n.RaiseFence(ctx(t), k.fence, tc.raise); err != nil {
 			t.Fatalf("RaiseFence: %v", err)
 		}
 		got := acquire(t, n, k, token(), time.Minute)
 		if !got.HasFence || got.Fence != tc.want {
-			t.Fatalf("after RaiseFence(%d): counter %+v, want %d", tc.raise, got, tc.want)
+			t.Fatalf("after RaiseFence(%d): counter %+v, want %d (raised whoever holds the lock, never lowered)", tc.raise, got, tc.want)
 		}
 	}
 }
@@ -497,23 +508,35 @@ func (s *suite) createFence(t *testing.T, n node.Node, k keys) {
 	if err != nil || held || existed {
 		t.Fatalf("CreateFence without the lock = %v, %v, %v; want not held, no counter before", held, existed, err)
 	}
-	if got := acquire(t, n, k, a, time.Minute); !got.OK || !got.HasFence || got.Fence != 3 {
-		t.Fatalf("Acquire = %+v, want granted with counter 3 (created whoever holds the lock)", got)
+	if got := acquire(t, n, k, a, time.Minute); !got.OK || got.HasFence {
+		t.Fatalf("Acquire = %+v, want granted without a counter (CreateFence writes only inside the lock)", got)
 	}
-	held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, a, 5)
-	if err != nil || held || !existed {
-		t.Fatalf("CreateFence over a counter = %v, %v, %v; want the counter reported, nothing written", held, existed, err)
+	held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, b, 3)
+	if err != nil || held || existed {
+		t.Fatalf("CreateFence with another token = %v, %v, %v; want not held, no counter before", held, existed, err)
+	}
+	held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, "", 3)
+	if err != nil || held || existed {
+		t.Fatalf("CreateFence with no token = %v, %v, %v; want not held, no counter before", held, existed, err)
+	}
+	if got := acquire(t, n, k, b, time.Minute); got.OK || got.HasFence {
+		t.Fatalf("Acquire by another = %+v, want refused without a counter (CreateFence by a non-holder writes nothing)", got)
+	}
+	held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, a, 3)
+	if err != nil || !held || existed {
+		t.Fatalf("CreateFence by the holder = %v, %v, %v; want held, no counter before", held, existed, err)
+	}
+	if got := acquire(t, n, k, b, time.Minute); got.OK || !got.HasFence || got.Fence != 3 {
+		t.Fatalf("Acquire by another = %+v, want refused with the counter 3", got)
+	}
+	for _, tok := range []string{a, b, ""} {
+		held, existed, err = n.CreateFence(ctx(t), k.lock, k.fence, tok, 5)
+		if err != nil || held || !existed {
+			t.Fatalf("CreateFence over a counter = %v, %v, %v; want the counter reported, nothing written", held, existed, err)
+		}
 	}
 	if got := acquire(t, n, k, b, time.Minute); got.Fence != 3 {
 		t.Fatalf("counter = %d, want 3: CreateFence never changes an existing counter", got.Fence)
-	}
-	k2 := s.keys(t)
-	if !acquire(t, n, k2, a, time.Minute).OK {
-		t.Fatal("Acquire on a fresh key refused")
-	}
-	held, existed, err = n.CreateFence(ctx(t), k2.lock, k2.fence, b, 1)
-	if err != nil || held || existed {
-		t.Fatalf("CreateFence with another token = %v, %v, %v; want not held, no counter before", held, existed, err)
 	}
 	k3 := s.keys(t)
 	if !acquire(t, n, k3, a, time.Minute).OK {

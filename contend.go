@@ -121,17 +121,51 @@ var errSplitVote = errors.New("votes split between contenders: gave up early and
 
 // splitWatch gives an attempt up early when its votes split: once a node
 // refused, the remaining nodes have a grace (4× that refusal's latency, at
-// least splitGraceMin) to decide the outcome.
+// least splitGraceMin) to decide the outcome. It also ends the wait at its
+// deadline: its halt channel is closed by whichever comes first.
 type splitWatch struct {
-	cancel context.CancelFunc
-	once   sync.Once
-	timer  atomic.Pointer[time.Timer]
+	halt     chan struct{}
+	deadline time.Time
+	atEnd    *time.Timer // closes halt at the deadline
+	mu       sync.Mutex
+	ended    bool // halt is closed
+	byGrace  bool // halt was closed by a split
+	once     sync.Once
+	timer    atomic.Pointer[time.Timer] // the grace's
 }
 
-// watchSplit returns a context that ends like ctx, or when a split was seen.
-func watchSplit(ctx context.Context) (context.Context, *splitWatch) {
-	ctx, cancel := context.WithCancel(ctx)
-	return ctx, &splitWatch{cancel: cancel}
+// watch starts s (once): its halt channel is closed after d, or when a
+// split was seen (split tells which).
+func (s *splitWatch) watch(d time.Duration) <-chan struct{} {
+	s.halt = make(chan struct{})
+	s.deadline = time.Now().Add(d)
+	s.mu.Lock() // the timer may fire at once
+	s.atEnd = time.AfterFunc(d, s.expire)
+	s.mu.Unlock()
+	return s.halt
+}
+
+func (s *splitWatch) expire() { s.end(false) }
+
+func (s *splitWatch) splitNow() { s.end(true) }
+
+// end closes halt, once.
+func (s *splitWatch) end(split bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended, s.byGrace = true, split
+		close(s.halt)
+	}
+}
+
+// split reports whether the wait ended on a split: halt was closed by the
+// grace, while ctx had not ended and the deadline had not passed.
+func (s *splitWatch) split(ctx context.Context) bool {
+	s.mu.Lock()
+	byGrace := s.byGrace
+	s.mu.Unlock()
+	return byGrace && ctx.Err() == nil && time.Now().Before(s.deadline)
 }
 
 // observe is the round's reply callback.
@@ -140,7 +174,7 @@ func (s *splitWatch) observe(_ int, r quorum.Reply[node.Acquired]) {
 		return
 	}
 	s.once.Do(func() {
-		s.timer.Store(time.AfterFunc(max(splitGraceMin, 4*r.Latency), s.cancel))
+		s.timer.Store(time.AfterFunc(max(splitGraceMin, 4*r.Latency), s.splitNow))
 	})
 }
 
@@ -150,7 +184,11 @@ func (s *splitWatch) stop() {
 	if t := s.timer.Load(); t != nil {
 		t.Stop()
 	}
-	s.cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.atEnd != nil {
+		s.atEnd.Stop()
+	}
 }
 
 // sawContention records that an attempt on resource was refused by a node

@@ -51,11 +51,10 @@ func (l *Lock) Fence(ctx context.Context) (uint64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
 	}
-	end, err := l.c.begin()
-	if err != nil {
+	if err := l.c.begin(); err != nil {
 		return 0, err
 	}
-	defer end()
+	defer l.c.end()
 	return l.fenceEntered(ctx)
 }
 

@@ -207,15 +207,14 @@ func (h *nodeHealth) record(err error, now time.Time) (probe bool, change *NodeH
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var qe *node.QuarantineError
 	switch {
 	case err == nil:
 		h.failingSince, h.failures, h.lastOK = time.Time{}, 0, now
-	case errors.As(err, &qe):
+	case quarantined(err) != nil:
 		// Refused before anything was sent: the node is up, but grants
 		// nothing until then.
 		h.failingSince, h.failures = time.Time{}, 0
-		h.quarantinedUntil = later(h.quarantinedUntil, qe.Until)
+		h.quarantinedUntil = later(h.quarantinedUntil, quarantined(err).Until)
 		h.lastKind, h.lastErr = KindQuarantined, now
 	default:
 		if h.failingSince.IsZero() {
@@ -228,6 +227,16 @@ func (h *nodeHealth) record(err error, now time.Time) (probe bool, change *NodeH
 		probe = h.recordBreakerLocked(err, now)
 	}
 	return probe, h.changedLocked(now)
+}
+
+// quarantined returns err's restart quarantine, if it is one. (Apart from
+// record, so that a call that succeeded allocates nothing for errors.As.)
+func quarantined(err error) *node.QuarantineError {
+	var qe *node.QuarantineError
+	if errors.As(err, &qe) {
+		return qe
+	}
+	return nil
 }
 
 // recordBreakerLocked is record's part for the breaker.
@@ -377,12 +386,18 @@ func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Co
 		return zero, false, ErrNodeDown
 	}
 	v, ok, err := call(ctx, i, c.nodes[i])
-	probe, change := h.record(err, c.cfg.clock.Now())
+	c.recordCall(i, err)
+	return v, ok, err
+}
+
+// recordCall records the outcome of a call to node i (callNode's second
+// half, the first being c.health[i].allow()).
+func (c *Client) recordCall(i int, err error) {
+	probe, change := c.health[i].record(err, c.cfg.clock.Now())
 	c.healthChanged(i, change)
 	if probe {
 		c.spawn(func() { c.probe(i) })
 	}
-	return v, ok, err
 }
 
 // probe pings node i, with a growing backoff, until it answers or the client

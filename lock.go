@@ -2,8 +2,11 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,17 +38,69 @@ type Lock struct {
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
+
+	split splitWatch // the acquisition's (try)
 }
+
+// releaseOps is Release's round (roundOps): the release of l on a node,
+// which notifies its waiters.
+type releaseOps struct{ l *Lock }
+
+func (r releaseOps) call(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
+	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, true)
+	return struct{}{}, ok, err
+}
+
+func (releaseOps) undo(int, quorum.Reply[struct{}])    {}
+func (releaseOps) onReply(int, quorum.Reply[struct{}]) {}
+
+// acquireOps is a plain acquisition's round: l.acquireOn, l.undoStraggler
+// and l.split.observe (roundOps), without a closure each.
+type acquireOps struct{ l *Lock }
+
+func (a acquireOps) call(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+	return a.l.acquireOn(ctx, i, n)
+}
+
+func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggler(i, r) }
+
+func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token.
 func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
-	token, err := newToken()
+	token, key, fenceKey, err := newLockStrings(c.cfg.prefix, resource)
 	if err != nil {
 		return nil, err
 	}
-	key, fenceKey := c.lockKey(resource), FenceKey(c.cfg.prefix, resource)
 	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
+}
+
+// newLockStrings returns a fresh owner token (as newToken) with
+// LockKey(prefix, resource) and FenceKey(prefix, resource), all three in one
+// allocation: the token, then the fence key, whose prefix is the lock key.
+func newLockStrings(prefix, resource string) (token, key, fenceKey string, err error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", "", "", err
+	}
+	var tok [2 * len(raw)]byte
+	hex.Encode(tok[:], raw[:])
+	tag := HashTag(resource)
+	var b strings.Builder
+	b.Grow(len(tok) + len(prefix) + len(tag) + len(resource) + 2 + len(FenceSuffix))
+	b.Write(tok[:])
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteByte('}')
+	if tag != resource {
+		b.WriteString(resource)
+	}
+	b.WriteString(FenceSuffix)
+	s := b.String()
+	token, fenceKey = s[:len(tok)], s[len(tok):]
+	return token, fenceKey[:len(fenceKey)-len(FenceSuffix)], fenceKey, nil
 }
 
 // acquireOn is the acquisition's call on one node.
@@ -167,15 +222,14 @@ func (l *Lock) Extend(ctx context.Context) error {
 	c := l.c
 	l.op.Lock()
 	defer l.op.Unlock()
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return err
 	}
-	defer end()
+	defer c.end()
 	if l.isReleased() {
 		return c.failed("extend", l.resource, ErrLockLost, errReleased)
 	}
-	err = l.extend(ctx)
+	err := l.extend(ctx)
 	if h := c.cfg.hooks.OnExtend; h != nil {
 		h(ExtendEvent{Resource: l.resource, OK: err == nil, Err: err})
 	}
@@ -236,29 +290,23 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.markReleased() {
 		return nil
 	}
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return err
 	}
-	defer end()
+	defer c.end()
 
 	// Nodes whose acquisition is still in flight release themselves as it lands
 	// (undoStraggler, on the same pipelined connection, after it); the others
 	// are released now.
-	done := make([]int, 0, len(c.nodes))
-	for i, r := range l.acquire.Abandon() {
-		if r.Done {
-			done = append(done, i)
-		}
+	done := l.acquire.AbandonDone(c.all)
+	if done == nil {
+		done = []int{} // abandoned before (never: Release abandons first)
 	}
-	call := round[struct{}]{op: "release", idx: done, call: func(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-		ok, err := c.releaseOn(ctx, n, l.key, l.token, l.waiter, true)
-		return struct{}{}, ok, err
-	}}.start(ctx, c)
+	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	c.releasedHere(l.resource)
-	err = nil
+	var err error
 	if !o.Success {
 		kind := ErrUnavailable
 		if refusedMajority(o, len(c.nodes)) {

@@ -36,9 +36,10 @@ type Client struct {
 	cleanup       context.Context
 	cancelCleanup context.CancelFunc
 
-	qmu    sync.Mutex
-	queues map[string]*queue // Lock's waiters per resource
-	held   map[string]int    // locks taken through this client and not released, per resource
+	qmu        sync.Mutex
+	queues     map[string]*queue // Lock's waiters per resource
+	freeQueues []*queue          // empty queues, for reuse
+	held       map[string]int    // locks taken through this client and not released, per resource
 
 	health    []*nodeHealth        // per node: its breaker, and what Health reports (health.go)
 	contended map[string]time.Time // resources refused lately: when (guarded by qmu)
@@ -47,6 +48,8 @@ type Client struct {
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
 	nodeClock   nodeClock        // the nodes' clock, as last heard: new waiters' tickets
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
+
+	now func() time.Time // cfg.clock.Now, made once: the rounds' latencies
 }
 
 // New returns a Client over nodes, each an independent Redis instance (no
@@ -82,6 +85,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 		stop:   make(chan struct{}),
 		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
+	c.now = cfg.clock.Now
 	for i := range nodes {
 		c.health[i] = newNodeHealth(cfg.breakerFailures, cfg.nodeTimeout)
 	}
@@ -221,29 +225,36 @@ func (c *Client) Close() error {
 }
 
 // begin marks the start of an operation that may start background work, so
-// that Close waits for it; it fails once the client is closed. The caller must
-// call end when the operation is over.
-func (c *Client) begin() (end func(), err error) {
+// that Close waits for it; it fails once the client is closed. Unless it
+// failed, the caller must call c.end when the operation is over.
+func (c *Client) begin() error {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	return c.mu.RUnlock, nil
+	return nil
 }
+
+// end ends an operation that begin began.
+func (c *Client) end() { c.mu.RUnlock() }
 
 // enterCall registers a Lock call (or a fair TryLock): Close waits for it to
 // end, and for the background work it started, its leaving of the queues
-// included. It fails once the client is closed.
-func (c *Client) enterCall() (done func(), err error) {
+// included. It fails once the client is closed. Unless it failed, the caller
+// must call c.leaveCall when the call is over.
+func (c *Client) enterCall() error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	c.calls.Add(1)
-	return c.calls.Done, nil
+	return nil
 }
+
+// leaveCall ends a call that enterCall registered.
+func (c *Client) leaveCall() { c.calls.Done() }
 
 // spawn runs f in a goroutine that Close waits for. It is called only while an
 // operation holds c.mu for reading, from a call registered by enterCall, or
@@ -281,33 +292,34 @@ func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) 
 // attempt; a default-mode one once an attempt was refused, or from the first when the resource was refused lately (lockWait).
 // Either leaves the queues when the call is over.
 func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	done, err := c.enterCall()
-	if err != nil {
+	if err := c.enterCall(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer c.leaveCall()
 	if c.cfg.fair {
 		lc.waiter = c.newWaiter(lc, c.nodeClock.ticket(time.Now()))
 	}
-	l, err := c.lockWait(ctx, resource, &lc)
-	if lc.waiter != nil {
-		c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
+	l, waiter, err := c.lockWait(ctx, resource, lc)
+	if waiter != nil {
+		c.leaveQueue(c.lockKey(resource), waiter, l != nil)
 	}
 	return l, err
 }
 
-// lockWait makes attempts until one succeeds or ctx ends.
-func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) (*Lock, error) {
+// lockWait makes attempts until one succeeds or ctx ends. It returns the
+// call's waiter in the end (lc.waiter, or the one it became), if any.
+func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, *place, error) {
 	// This client's waiters for one resource take turns: only the head of the
 	// queue makes attempts, so they are served in order and do not compete.
-	local, leave, err := c.enterQueue(ctx, resource)
-	defer leave()
+	q, me, err := c.enterQueue(ctx, resource)
+	defer c.leaveLocal(resource, q, me)
+	local := q.poke
 	if err != nil {
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
+		return nil, lc.waiter, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
 	w := &waiting{c: c, resource: resource, lc: lc}
 	defer w.stop()
-	if lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
+	if w.lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
 		// Contended lately: queue from the first attempt, and listen
 		// before it (the subscription of this client's waiters lingers
 		// between Lock calls, so this costs nothing when the client
@@ -321,7 +333,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		if attempt > 0 || !c.heldHere(resource) {
 			l, again, err := w.attempt(ctx)
 			if l != nil || err != nil {
-				return l, err
+				return l, w.lc.waiter, err
 			}
 			if again {
 				continue
@@ -331,7 +343,7 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc *lockConfig) 
 		// notification was lost (a node down, a lease that simply expired)
 		// or the votes split.
 		if err := w.wait(ctx, local, attempt); err != nil {
-			return nil, err
+			return nil, w.lc.waiter, err
 		}
 	}
 }
@@ -360,11 +372,10 @@ func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*
 	if !c.cfg.fair {
 		return c.try(ctx, resource, lc)
 	}
-	done, err := c.enterCall()
-	if err != nil {
+	if err := c.enterCall(); err != nil {
 		return nil, err
 	}
-	defer done()
+	defer c.leaveCall()
 	lc.waiter = c.newWaiter(lc, 0)
 	l, err := c.try(ctx, resource, lc)
 	c.leaveQueue(c.lockKey(resource), lc.waiter, l != nil)
@@ -379,16 +390,28 @@ func (c *Client) lockConfig(resource string, opts []LockOption) (lockConfig, err
 	if len(resource) > MaxResourceLen {
 		return lc, invalid("resource name of %d bytes exceeds %d", len(resource), MaxResourceLen)
 	}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o.applyLock(&lc); err != nil {
+	if len(opts) > 0 {
+		var err error
+		if lc, err = withLockOptions(lc, opts); err != nil {
 			return lc, err
 		}
 	}
 	if lc.ttl != c.cfg.ttl {
 		if err := checkTTL(lc.ttl, c.cfg.driftFactor); err != nil {
+			return lc, err
+		}
+	}
+	return lc, nil
+}
+
+// withLockOptions returns lc with opts applied. (Apart from lockConfig, whose
+// lc would otherwise be on the heap for every call, options or not.)
+func withLockOptions(lc lockConfig, opts []LockOption) (lockConfig, error) {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.applyLock(&lc); err != nil {
 			return lc, err
 		}
 	}
@@ -412,11 +435,10 @@ func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, 
 
 // try is one acquisition attempt, through the nodes' queues for a waiter.
 func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
-	end, err := c.begin()
-	if err != nil {
+	if err := c.begin(); err != nil {
 		return nil, err
 	}
-	defer end()
+	defer c.end()
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
@@ -428,12 +450,15 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// Past TTL − drift the lease could have no validity left: stop waiting then,
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
-	wctx, cancel := context.WithTimeout(ctx, l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor))
-	defer cancel()
-	sctx, split := watchSplit(wctx)
-	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, call: l.acquireOn, undo: l.undoStraggler, onReply: split.observe}
+	split := &l.split
+	halt := split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
+	defer split.stop()
+	// The call, undo and reply callback are l's methods (acquireOps).
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}}
 	if w := lc.waiter; w != nil {
+		rd.ops = nil
 		rd.call = l.acquireQueuedOn(w)
+		rd.undo = l.undoStraggler
 		l.waiter = w.ID
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
@@ -441,8 +466,8 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		}
 	}
 	call := rd.start(ctx, c)
-	o := call.Wait(sctx)
-	splitVote := !o.Decided && sctx.Err() != nil && wctx.Err() == nil
+	o := call.WaitOr(ctx, halt)
+	splitVote := !o.Decided && split.split(ctx)
 	split.stop()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
@@ -518,10 +543,11 @@ func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) 
 func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
-	_, _, err := callNode(c, ctx, i, func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
-		ok, err := c.releaseOn(ctx, n, key, token, waiter, notify)
-		return ok, ok, err
-	})
+	err := ErrNodeDown
+	if c.health[i].allow() { // callNode, without a closure
+		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, notify)
+		c.recordCall(i, err)
+	}
 	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
 		return
 	}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redlock-go/redlock/node"
@@ -10,8 +11,8 @@ import (
 
 // round is one operation sent to several nodes in parallel: an acquisition, an
 // extension, a release, a fence write-back. It owns what all of them share:
-//   - the node calls run on a context the caller cannot cancel, each bounded by
-//     the node timeout, so that a command already on the wire lands (or is
+//   - the node calls run on a context the caller cannot cancel, bounded by
+//     the node timeout from the round's start, so that a command already on the wire lands (or is
 //     undone) whatever the caller does, and a hung node costs one timeout;
 //   - the calls and their stragglers are background work that Close waits for;
 //   - every reply reaches the OnNodeReply hook;
@@ -34,6 +35,16 @@ type round[T any] struct {
 	// onReply, if set, sees every reply (j is a position in idx), after the
 	// OnNodeReply hook.
 	onReply func(j int, r quorum.Reply[T])
+	// ops, if set, replaces call, undo and onReply: one value for the three
+	// (a closure each costs an allocation per round).
+	ops roundOps[T]
+}
+
+// roundOps is a round's call, undo and onReply as the methods of one value.
+type roundOps[T any] interface {
+	call(ctx context.Context, i int, n node.Node) (T, bool, error)
+	undo(i int, r quorum.Reply[T])
+	onReply(j int, r quorum.Reply[T])
 }
 
 // flight is a round in flight.
@@ -55,26 +66,123 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	if r.timeout <= 0 || r.timeout > c.cfg.nodeTimeout {
 		r.timeout = c.cfg.nodeTimeout
 	}
-	opts := quorum.Options[T]{Need: r.need, Go: c.spawn, Now: c.cfg.clock.Now}
-	if h := c.cfg.hooks.OnNodeReply; h != nil || r.onReply != nil {
-		opts.OnReply = func(j int, rep quorum.Reply[T]) {
-			if h != nil {
-				h(NodeReplyEvent{Node: c.nodes[r.idx[j]].Name(), Op: r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
-			}
-			if r.onReply != nil {
-				r.onReply(j, rep)
-			}
-		}
-	}
-	if r.undo != nil {
-		opts.Undo = func(j int, rep quorum.Reply[T]) { r.undo(r.idx[j], rep) }
-	}
-	call := quorum.Start(context.WithoutCancel(ctx), len(r.idx), func(ctx context.Context, j int) (T, bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, r.timeout)
-		defer cancel()
-		return callNode(c, ctx, r.idx[j], r.call)
-	}, opts)
+	// One deadline for the round's calls, each bounded by the timeout from
+	// the round's start (a context per call cost four allocations a node):
+	// the runner is the context, ended once every call returned.
+	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
+		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
+	rr.mu.Lock() // the timer may fire at once
+	rr.timer = time.AfterFunc(r.timeout, rr.expire)
+	rr.mu.Unlock()
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now}
+	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
 	return flight[T]{Call: call, r: r, c: c}
+}
+
+// roundRunner runs a round's calls and callbacks (quorum.Runner), and is
+// their context: one allocation for all of them.
+type roundRunner[T any] struct {
+	r    round[T]
+	c    *Client
+	hook func(NodeReplyEvent)
+
+	// The context of the calls: the values of the caller's, none of its
+	// cancellation (context.WithoutCancel), the round's deadline
+	// (context.WithTimeout), two allocations fewer than those two.
+	values   context.Context
+	deadline time.Time
+	done     chan struct{} // closed at the deadline, or once every call returned
+	mu       sync.Mutex
+	timer    *time.Timer
+	err      error
+}
+
+var _ context.Context = (*roundRunner[int])(nil)
+
+// withoutCancel is context.WithoutCancel, without its allocation when ctx
+// can never be cancelled (context.Background, and contexts that only add
+// values to it): Done returns nil.
+func withoutCancel(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// Deadline implements context.Context.
+func (rr *roundRunner[T]) Deadline() (time.Time, bool) { return rr.deadline, true }
+
+// Done implements context.Context.
+func (rr *roundRunner[T]) Done() <-chan struct{} { return rr.done }
+
+// Err implements context.Context.
+func (rr *roundRunner[T]) Err() error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return rr.err
+}
+
+// Value implements context.Context: the caller's values.
+func (rr *roundRunner[T]) Value(key any) any { return rr.values.Value(key) }
+
+func (rr *roundRunner[T]) String() string { return "redlock round context" }
+
+// end ends the context with err, once.
+func (rr *roundRunner[T]) end(err error) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.err != nil {
+		return
+	}
+	rr.err = err
+	close(rr.done)
+	if rr.timer != nil {
+		rr.timer.Stop()
+	}
+}
+
+// expire ends the context at its deadline.
+func (rr *roundRunner[T]) expire() { rr.end(context.DeadlineExceeded) }
+
+// Settled ends the context once every call returned (quorum.Runner).
+func (rr *roundRunner[T]) Settled() { rr.end(context.Canceled) }
+
+// Run calls node r.idx[j] through its health record.
+func (rr *roundRunner[T]) Run(ctx context.Context, j int) (T, bool, error) {
+	if ops := rr.r.ops; ops != nil { // callNode, with ops.call
+		i, c := rr.r.idx[j], rr.c
+		if !c.health[i].allow() {
+			var zero T
+			return zero, false, ErrNodeDown
+		}
+		v, ok, err := ops.call(ctx, i, c.nodes[i])
+		c.recordCall(i, err)
+		return v, ok, err
+	}
+	return callNode(rr.c, ctx, rr.r.idx[j], rr.r.call)
+}
+
+// OnReply reports the reply to the OnNodeReply hook, then to r.onReply.
+func (rr *roundRunner[T]) OnReply(j int, rep quorum.Reply[T]) {
+	if rr.hook != nil {
+		rr.hook(NodeReplyEvent{Node: rr.c.nodes[rr.r.idx[j]].Name(), Op: rr.r.op, OK: rep.Yes(), Err: rep.Err, Latency: rep.Latency})
+	}
+	switch {
+	case rr.r.ops != nil:
+		rr.r.ops.onReply(j, rep)
+	case rr.r.onReply != nil:
+		rr.r.onReply(j, rep)
+	}
+}
+
+// Undo undoes node r.idx[j]'s unsettled reply, if the round has an undo.
+func (rr *roundRunner[T]) Undo(j int, rep quorum.Reply[T]) {
+	switch {
+	case rr.r.ops != nil:
+		rr.r.ops.undo(rr.r.idx[j], rep)
+	case rr.r.undo != nil:
+		rr.r.undo(rr.r.idx[j], rep)
+	}
 }
 
 // settle waits, when the round failed, until every node asked has answered

@@ -20,47 +20,85 @@ type queue struct {
 	poke    chan struct{}   // wakes the head when a lock of this client is released
 }
 
-// enterQueue waits until the caller is at the head of resource's queue, ctx
-// ends, or the client is closed (ErrClosed). The returned leave must be called in both cases.
-func (c *Client) enterQueue(ctx context.Context, resource string) (poke <-chan struct{}, leave func(), err error) {
-	me := make(chan struct{})
+// enterQueue waits until the caller, me, is at the head of resource's queue
+// q, ctx ends, or the client is closed (ErrClosed). leaveLocal(resource, q,
+// me) must be called in every case. q.poke wakes the head when a lock of this
+// client on resource is released.
+func (c *Client) enterQueue(ctx context.Context, resource string) (q *queue, me chan struct{}, err error) {
 	c.qmu.Lock()
-	q := c.queues[resource]
+	q = c.queues[resource]
 	if q == nil {
-		q = &queue{poke: make(chan struct{}, 1)}
+		q = c.newQueue()
 		c.queues[resource] = q
+		me = headChan // at the head at once; the only one in this queue
+	} else {
+		me = make(chan struct{})
 	}
 	q.waiters = append(q.waiters, me)
-	if len(q.waiters) == 1 {
-		close(me)
-	}
 	c.qmu.Unlock()
 
-	leave = func() {
-		c.qmu.Lock()
-		defer c.qmu.Unlock()
-		for i, w := range q.waiters {
-			if w != me {
-				continue
-			}
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			if i == 0 && len(q.waiters) > 0 {
-				close(q.waiters[0])
-			}
-			break
-		}
-		if len(q.waiters) == 0 {
-			delete(c.queues, resource)
-		}
-	}
 	select {
 	case <-me:
-		return q.poke, leave, nil
+		return q, me, nil
 	case <-ctx.Done():
-		return q.poke, leave, ctx.Err()
+		return q, me, ctx.Err()
 	case <-c.stop:
-		return q.poke, leave, ErrClosed
+		return q, me, ErrClosed
 	}
+}
+
+// headChan is the (closed) channel of a waiter that found no queue: it is at
+// the head at once. Waiters are told apart by their channels; a queue holds
+// headChan at most once, as its first waiter, since it is made by that
+// waiter and every later one makes a channel of its own.
+var headChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// leaveLocal takes me out of resource's queue q, and wakes the next waiter
+// if me was at the head.
+func (c *Client) leaveLocal(resource string, q *queue, me chan struct{}) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	for i, w := range q.waiters {
+		if w != me {
+			continue
+		}
+		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+		if i == 0 && len(q.waiters) > 0 {
+			close(q.waiters[0])
+		}
+		break
+	}
+	if len(q.waiters) == 0 {
+		delete(c.queues, resource)
+		c.freeQueue(q)
+	}
+}
+
+// maxFreeQueues bounds the queues kept for reuse.
+const maxFreeQueues = 64
+
+// newQueue returns an empty queue, a recycled one if any; c.qmu must be held.
+func (c *Client) newQueue() *queue {
+	if n := len(c.freeQueues); n > 0 {
+		q := c.freeQueues[n-1]
+		c.freeQueues = c.freeQueues[:n-1]
+		return q
+	}
+	return &queue{poke: make(chan struct{}, 1)}
+}
+
+// freeQueue recycles q, out of c.queues and without waiters; c.qmu must be
+// held. Nothing can poke it any more (releasedHere finds queues in c.queues,
+// under c.qmu), and its last waiter has left: a poke still pending is
+// dropped.
+func (c *Client) freeQueue(q *queue) {
+	if len(c.freeQueues) >= maxFreeQueues {
+		return
+	}
+	drain(q.poke)
+	clear(q.waiters[:cap(q.waiters)])
+	q.waiters = q.waiters[:0]
+	c.freeQueues = append(c.freeQueues, q)
 }
 
 // heldHere reports whether a lock on resource taken through this client is
@@ -96,7 +134,7 @@ func (c *Client) releasedHere(resource string) {
 type waiting struct {
 	c        *Client
 	resource string
-	lc       *lockConfig
+	lc       lockConfig // the call's; its waiter changes as it waits
 	p        pace
 	rw       *releaseWatch // nil until the call is a waiter
 	last     *QuorumError  // the last attempt's refusal
@@ -106,7 +144,7 @@ type waiting struct {
 // see place.settle), listening for its wake-ups on every node.
 func (w *waiting) queue(ctx context.Context, ticket int64) {
 	if w.lc.waiter == nil {
-		w.lc.waiter = w.c.newWaiter(*w.lc, ticket)
+		w.lc.waiter = w.c.newWaiter(w.lc, ticket)
 	}
 	w.rw = w.c.watchReleases(ctx, w.c.lockKey(w.resource), w.lc.waiter)
 }
@@ -117,13 +155,18 @@ func (w *waiting) queue(ctx context.Context, ticket int64) {
 // try again at once.
 func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) {
 	c := w.c
-	l, err = c.try(ctx, w.resource, *w.lc)
+	l, err = c.try(ctx, w.resource, w.lc)
 	if err == nil {
 		return l, false, nil
 	}
-	if !errors.As(err, &w.last) || w.last.Kind != ErrNotAcquired || ctx.Err() != nil {
+	var qe *QuorumError // here, not at &w.last: that would put w on the heap
+	if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+		if qe != nil {
+			w.last = qe
+		}
 		return nil, false, err
 	}
+	w.last = qe
 	if denied(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
@@ -178,14 +221,14 @@ func down(qe *QuorumError) int {
 // clocks, behind the waiters queued meanwhile (docs/safety.md).
 func (w *waiting) yieldPlace() {
 	w.c.leaveQueue(w.c.lockKey(w.resource), w.lc.waiter, false)
-	w.lc.waiter = w.c.newWaiter(*w.lc, 0)
+	w.lc.waiter = w.c.newWaiter(w.lc, 0)
 }
 
 // wait waits for a release notification, this client's release, or the
 // backoff after attempt; it returns the error that ends the call (ctx ended,
 // or the client closed).
 func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) error {
-	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(*w.lc, attempt))
+	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(w.lc, attempt))
 	if err != nil {
 		if w.last == nil {
 			return w.c.failed("acquire", w.resource, ErrNotAcquired, err)

@@ -80,4 +80,7 @@ func WaiterChannel(key, id string) string {
 
 // QueueKeys returns the keys of key's waiters' queue and of its waiters'
 // leases.
-func QueueKeys(key string) (queue, leases string) { return key + ":q", key + ":qx" }
+func QueueKeys(key string) (queue, leases string) {
+	leases = key + ":qx" // one allocation for both: the queue key is its prefix
+	return leases[:len(leases)-1], leases
+}

@@ -57,6 +57,7 @@ type muxReq struct {
 	cmd   string
 	args  []any
 	reply chan muxResult // buffered: the reader never blocks on an absent caller
+	buf   [8]any         // args, when they fit: the caller's slice is not kept
 }
 
 type muxResult struct {
@@ -89,27 +90,54 @@ func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &muxReq{cmd: cmd, args: args, reply: make(chan muxResult, 1)}
+	req := newMuxReq(cmd, args)
 	select {
 	case mc.send <- req:
 	case <-mc.done:
+		req.free() // never sent: nobody else has it
 		return nil, mc.err
 	case <-ctx.Done():
+		req.free()
 		return nil, ctx.Err()
 	}
 	select {
 	case r := <-req.reply:
+		req.free()
 		return r.v, r.err
 	case <-mc.done: // the connection died: its error, unless the reply came first
 		select {
 		case r := <-req.reply:
+			req.free()
 			return r.v, r.err
 		default:
-			return nil, mc.err
+			return nil, mc.err // its reply may still come: not reused
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err() // its reply comes later: not reused
 	}
+}
+
+// muxReqs recycles requests (and their reply channels), two allocations per
+// command otherwise. A request goes back only once its caller has received
+// its one reply (or it was never handed to the connection): the writer is
+// done with it by then (a reply comes only after the write that sent it),
+// and nothing else sends on its channel. A request given up while in flight
+// is left to the garbage collector.
+var muxReqs = sync.Pool{New: func() any { return &muxReq{reply: make(chan muxResult, 1)} }}
+
+// newMuxReq returns a request for cmd with a copy of args (the caller's
+// slice may be on its stack).
+func newMuxReq(cmd string, args []any) *muxReq {
+	req := muxReqs.Get().(*muxReq)
+	req.cmd, req.args = cmd, append(req.buf[:0], args...)
+	return req
+}
+
+// free recycles req; its reply channel is empty.
+func (req *muxReq) free() {
+	clear(req.buf[:])
+	req.cmd, req.args = "", nil
+	muxReqs.Put(req)
 }
 
 // conn returns a live connection of the next slot. Without one, it starts a
@@ -235,13 +263,16 @@ func (mc *muxConn) enqueue(req *muxReq) bool {
 		}
 	}
 	mc.inflight.Add(1)
+	// Once pending, req may get its reply (a failure, when the reader stops)
+	// and be recycled by its caller: read it before.
+	cmd, args := req.cmd, req.args
 	select {
 	case mc.pending <- req:
 	case <-mc.done:
 		req.reply <- muxResult{err: mc.err}
 		return false
 	}
-	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+	if err := mc.c.Send(cmd, args...); err != nil {
 		mc.fail(fmt.Errorf("node: send: %w", err))
 		return false
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -277,6 +278,7 @@ type script struct {
 	keys      int
 	lock      int // the lock key's position in KEYS (1-based); 0: the script takes none
 	src, hash string
+	hashArg   any // hash, boxed once: EVALSHA's first argument
 	// grants: the script can create the lock key or overwrite it
 	// with a new token, that is grant a lock. Every guard that must refuse
 	// grants (the restart quarantine) refuses every such script: see
@@ -308,6 +310,7 @@ func newGrantScript(name string, keys, lock int, src string) *script {
 func register(name string, keys, lock int, src string, grants bool) *script {
 	h := sha1.Sum([]byte(src))
 	s := &script{name: name, keys: keys, lock: lock, src: src, hash: hex.EncodeToString(h[:]), grants: grants}
+	s.hashArg = s.hash
 	scripts.all = append(scripts.all, s)
 	scripts.byHash[s.hash] = s
 	scripts.bySrc[s.src] = s
@@ -505,21 +508,28 @@ func (r *Redis) scripted() {
 // redisEvaler is Redis' Evaler.
 type redisEvaler struct{ r *Redis }
 
-// Eval implements Evaler.
+// Eval implements Evaler. It lays EVALSHA's arguments out once: the hash,
+// the number of keys, the keys, the arguments.
 func (e redisEvaler) Eval(ctx context.Context, c Call) (any, error) {
-	args := make([]any, 0, len(c.Keys)+len(c.Args))
+	s := c.Script.s
+	var buf [8]any // on the stack: the connection copies what it sends
+	args := append(buf[:0], s.hashArg, s.keys)
 	for _, k := range c.Keys {
 		args = append(args, k)
 	}
-	return e.r.eval(ctx, c.Script.s, append(args, c.Args...)...)
+	return e.r.evalArgs(ctx, s, append(args, c.Args...))
 }
 
-// eval runs a script by SHA-1, and sends its source when the server does not
+// evalArgs runs a script by SHA-1, and sends its source when the server does not
 // have it (NOSCRIPT: after a restart or SCRIPT FLUSH). A script that can grant
 // a lock is refused while the node is quarantined, whichever method runs it;
 // a connection dialed for this very call, which may be the one that detects
 // the restart, refuses it too (quarantinedConn).
-func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, error) {
+//
+// args are EVALSHA's arguments: args[0] is the script's hash (replaced by its
+// source on NOSCRIPT), args[1] its number of keys, then the keys and the
+// arguments.
+func (r *Redis) evalArgs(ctx context.Context, s *script, args []any) (any, error) {
 	if s.grants && r.quarantine != nil {
 		// Scripted asked already; this also covers a caller of the
 		// exported Evaler, or one that cleared Scripted.Refusal.
@@ -529,8 +539,6 @@ func (r *Redis) eval(ctx context.Context, s *script, keysAndArgs ...any) (any, e
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	args := make([]any, 0, 2+len(keysAndArgs))
-	args = append(append(args, s.hash, s.keys), keysAndArgs...)
 	v, err := r.execCtx(ctx, "EVALSHA", args...)
 	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
 		args[0] = s.src
@@ -570,5 +578,5 @@ func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, erro
 			return nil, err
 		}
 	}
-	return redis.DoContext(c, ctx, cmd, args...)
+	return redis.DoContext(c, ctx, cmd, slices.Clone(args)...) // args may be on the caller's stack
 }

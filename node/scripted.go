@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,9 +49,50 @@ type Scripted struct {
 	Timeout time.Duration
 }
 
+// callBufKxA hold a Call's keys and arguments in one allocation (the calls
+// of every lock operation are built per node and per call).
+type (
+	callBuf1x2 struct {
+		keys [1]string
+		args [2]any
+	}
+	callBuf2x2 struct {
+		keys [2]string
+		args [2]any
+	}
+	callBuf3x2 struct {
+		keys [3]string
+		args [2]any
+	}
+)
+
+// msArg returns d in milliseconds as a call argument: boxed once for the
+// TTLs in use (boxing an int64 above 255 allocates, and most clients use
+// one TTL for every lock), from a small direct-mapped cache.
+func msArg(d time.Duration) any {
+	n := d.Milliseconds()
+	slot := &msArgs[uint64(n)*0x9E3779B97F4A7C15>>(64-msArgBits)]
+	if b := slot.Load(); b != nil && b.n == n {
+		return b.v
+	}
+	b := &boxedInt{n: n, v: n}
+	slot.Store(b)
+	return b.v
+}
+
+const msArgBits = 3
+
+var msArgs [1 << msArgBits]atomic.Pointer[boxedInt]
+
+type boxedInt struct {
+	n int64
+	v any // n
+}
+
 // AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms.
 func AcquireCall(key, fenceKey, token string, ttl time.Duration) Call {
-	return Call{AcquireScript, []string{key, fenceKey}, []any{token, ttl.Milliseconds()}}
+	b := &callBuf2x2{[2]string{key, fenceKey}, [2]any{token, msArg(ttl)}}
+	return Call{AcquireScript, b.keys[:], b.args[:]}
 }
 
 // ReleaseCall is Release's call.
@@ -59,12 +101,14 @@ func ReleaseCall(key, token string, notify bool) Call {
 	if notify {
 		n = "1"
 	}
-	return Call{ReleaseScript, []string{key}, []any{token, n}}
+	b := &callBuf1x2{[1]string{key}, [2]any{token, n}}
+	return Call{ReleaseScript, b.keys[:], b.args[:]}
 }
 
 // ExtendCall is Extend's call.
 func ExtendCall(key, token string, ttl time.Duration) Call {
-	return Call{ExtendScript, []string{key}, []any{token, ttl.Milliseconds()}}
+	b := &callBuf1x2{[1]string{key}, [2]any{token, msArg(ttl)}}
+	return Call{ExtendScript, b.keys[:], b.args[:]}
 }
 
 // WriteFenceCall is WriteFence's call.
@@ -92,7 +136,8 @@ func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) C
 // ReleaseFairCall is Queuer.ReleaseFair's call.
 func ReleaseFairCall(key, token, waiter string) Call {
 	q, qx := QueueKeys(key)
-	return Call{Script{fairReleaseScript}, []string{key, q, qx}, []any{token, waiter}}
+	b := &callBuf3x2{[3]string{key, q, qx}, [2]any{token, waiter}}
+	return Call{Script{fairReleaseScript}, b.keys[:], b.args[:]}
 }
 
 // LeaveQueueCall is Queuer.LeaveQueue's call.
@@ -215,7 +260,7 @@ func ParseAcquiredReply(reply any) (Acquired, error) {
 	if !ok || (len(vals) != 3 && len(vals) != 6) {
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
-	ints := make([]int64, len(vals))
+	var ints [6]int64
 	for i, v := range vals {
 		if i == 1 {
 			continue
@@ -226,16 +271,16 @@ func ParseAcquiredReply(reply any) (Acquired, error) {
 		}
 		ints[i] = n
 	}
-	var fence string
+	var a Acquired
+	var err error
 	switch f := vals[1].(type) {
 	case string:
-		fence = f
+		a, err = ParseAcquired(ints[0], f, ints[2])
 	case []byte:
-		fence = string(f)
+		a, err = ParseAcquired(ints[0], string(f), ints[2]) // not kept: no copy
 	default:
 		return Acquired{}, fmt.Errorf("%w: acquire: %v", ErrUnexpectedReply, reply)
 	}
-	a, err := ParseAcquired(ints[0], fence, ints[2])
 	if err != nil || len(vals) == 3 {
 		return a, err
 	}

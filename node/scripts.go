@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Script is one of the Lua scripts a node runs, exported so that nodes built on
@@ -77,7 +78,7 @@ var (
 func ParseAcquired(ok int64, fence string, present int64) (Acquired, error) {
 	f, err := strconv.ParseUint(fence, 10, 64)
 	if err != nil {
-		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, fence)
+		return Acquired{}, fmt.Errorf("%w: fence counter %q is not a uint64", ErrUnexpectedReply, strings.Clone(fence))
 	}
 	return Acquired{OK: ok == 1, Fence: f, HasFence: present == 1}, nil
 }

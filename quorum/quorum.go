@@ -42,6 +42,18 @@ func (r Reply[T]) Unsettled() bool { return r.Done && (r.OK || r.Err != nil) }
 // Op performs the operation on node i. It must return by ctx's deadline.
 type Op[T any] func(ctx context.Context, i int) (value T, ok bool, err error)
 
+// Runner is an operation and its callbacks in one value, for StartRunner:
+// Run is the Op; Undo, OnReply and Settled are called where Options.Undo,
+// Options.OnReply and Options.Settled would be (Undo for every Unsettled
+// reply once the Call was abandoned, OnReply for every reply, Settled once
+// every Run returned). One value instead of a closure each.
+type Runner[T any] interface {
+	Run(ctx context.Context, i int) (value T, ok bool, err error)
+	Undo(i int, r Reply[T])
+	OnReply(i int, r Reply[T])
+	Settled()
+}
+
 // Options tune a Call. The zero value is usable.
 type Options[T any] struct {
 	// Need is how many yes votes decide success; 0 means Majority(n).
@@ -55,6 +67,14 @@ type Options[T any] struct {
 	// Go runs f in the background; nil means a plain goroutine. The root package
 	// passes a tracked spawner so that Close can wait for stragglers.
 	Go func(f func())
+	// Group, if set and Go is nil, counts the nodes' goroutines: Add(1)
+	// before each starts, Done when it ends (what a tracked Go would do, one
+	// allocation per node cheaper).
+	Group *sync.WaitGroup
+	// Settled, if set, is called once every node's operation has returned,
+	// in the goroutine of the last (before its OnReply and Undo): to free
+	// what the operations shared, such as their context.
+	Settled func()
 	// Now reads the clock for latencies; nil means time.Now.
 	Now func() time.Time
 }
@@ -77,33 +97,54 @@ type Outcome[T any] struct {
 // Call is an operation in flight on N nodes.
 type Call[T any] struct {
 	need    int
+	runner  Runner[T] // StartRunner; nil for Start
 	undo    func(int, Reply[T])
 	onReply func(int, Reply[T])
+	onDone  func()
 	now     func() time.Time
 	mu      sync.Mutex
 	replies []Reply[T]
+	spare   []Reply[T] // len(replies) more: the snapshot of the outcome
 	yes     int
 	no      int
 	failed  int
 	pending int
-	outcome *Outcome[T] // snapshot taken when decided
+	outcome Outcome[T] // snapshot taken when decided
 	decided chan struct{}
-	settled chan struct{}
+	settled chan struct{} // made by Settled, nil until asked for
 	dropped bool
 }
+
+// closed is a closed channel: Settled's once every node answered before it
+// was asked for.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // Start runs op on nodes 0..n-1 in parallel, each in its own goroutine, with ctx.
 // n must be positive.
 func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
-	c := &Call[T]{
+	return newCall(ctx, n, op, nil, o)
+}
+
+// StartRunner is Start with the operation and its callbacks in r;
+// o.Undo, o.OnReply and o.Settled are ignored.
+func StartRunner[T any](ctx context.Context, n int, r Runner[T], o Options[T]) *Call[T] {
+	o.Undo, o.OnReply, o.Settled = nil, nil, nil
+	return newCall(ctx, n, nil, r, o)
+}
+
+func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options[T]) *Call[T] {
+	c, buf := alloc[T](n)
+	*c = Call[T]{
 		need:    o.Need,
+		runner:  r,
 		undo:    o.Undo,
 		onReply: o.OnReply,
+		onDone:  o.Settled,
 		now:     o.Now,
-		replies: make([]Reply[T], n),
+		replies: buf[:n:n],
+		spare:   buf[n:],
 		pending: n,
 		decided: make(chan struct{}),
-		settled: make(chan struct{}),
 	}
 	if c.need <= 0 {
 		c.need = Majority(n)
@@ -111,19 +152,68 @@ func Start[T any](ctx context.Context, n int, op Op[T], o Options[T]) *Call[T] {
 	if c.now == nil {
 		c.now = time.Now
 	}
-	spawn := o.Go
-	if spawn == nil {
-		spawn = func(f func()) { go f() }
-	}
-	for i := 0; i < n; i++ {
-		spawn(func() { c.run(ctx, op, i) })
+	switch {
+	case o.Go != nil:
+		for i := 0; i < n; i++ {
+			o.Go(func() { c.run(ctx, op, i) })
+		}
+	case o.Group != nil:
+		for i := 0; i < n; i++ {
+			o.Group.Add(1)
+			go c.runIn(o.Group, ctx, op, i)
+		}
+	default:
+		for i := 0; i < n; i++ {
+			go c.run(ctx, op, i)
+		}
 	}
 	return c
 }
 
+// alloc returns a Call and the 2n replies it needs (its replies and the
+// outcome's snapshot), in one allocation up to 5 nodes.
+func alloc[T any](n int) (*Call[T], []Reply[T]) {
+	switch {
+	case n <= 1:
+		b := new(struct {
+			c Call[T]
+			r [2]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	case n <= 3:
+		b := new(struct {
+			c Call[T]
+			r [6]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	case n <= 5:
+		b := new(struct {
+			c Call[T]
+			r [10]Reply[T]
+		})
+		return &b.c, b.r[:2*n]
+	}
+	return new(Call[T]), make([]Reply[T], 2*n)
+}
+
+// runIn is run, counted in g.
+func (c *Call[T]) runIn(g *sync.WaitGroup, ctx context.Context, op Op[T], i int) {
+	defer g.Done()
+	c.run(ctx, op, i)
+}
+
 func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 	start := c.now()
-	v, ok, err := op(ctx, i)
+	var (
+		v   T
+		ok  bool
+		err error
+	)
+	if c.runner != nil {
+		v, ok, err = c.runner.Run(ctx, i)
+	} else {
+		v, ok, err = op(ctx, i)
+	}
 	r := Reply[T]{Value: v, OK: ok, Err: err, Done: true, Latency: c.now().Sub(start)}
 
 	c.mu.Lock()
@@ -137,32 +227,51 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		c.no++
 	}
 	c.pending--
-	if c.outcome == nil {
+	if !c.outcome.Decided {
 		if c.yes >= c.need {
 			c.decide(true)
 		} else if c.yes+c.pending < c.need {
 			c.decide(false)
 		}
 	}
-	undo := c.dropped && c.undo != nil && r.Unsettled()
-	if c.pending == 0 {
+	undo := c.dropped && (c.undo != nil || c.runner != nil) && r.Unsettled()
+	last := c.pending == 0
+	if last && c.settled != nil {
 		close(c.settled)
 	}
 	c.mu.Unlock()
-
-	if c.onReply != nil {
-		c.onReply(i, r)
+	switch {
+	case !last:
+	case c.runner != nil:
+		c.runner.Settled()
+	case c.onDone != nil:
+		c.onDone()
 	}
-	if undo {
-		c.undo(i, r)
+
+	switch {
+	case c.runner != nil:
+		c.runner.OnReply(i, r)
+		if undo {
+			c.runner.Undo(i, r)
+		}
+	default:
+		if c.onReply != nil {
+			c.onReply(i, r)
+		}
+		if undo {
+			c.undo(i, r)
+		}
 	}
 }
 
 // decide records the outcome; c.mu must be held.
 func (c *Call[T]) decide(success bool) {
-	o := c.snapshot()
-	o.Decided, o.Success = true, success
-	c.outcome = &o
+	c.outcome = Outcome[T]{
+		Replies: append(c.spare[:0:len(c.spare)], c.replies...),
+		Yes:     c.yes, No: c.no, Failed: c.failed,
+		Need: c.need, Decided: true, Success: success,
+	}
+	c.spare = nil
 	close(c.decided)
 }
 
@@ -177,23 +286,38 @@ func (c *Call[T]) snapshot() Outcome[T] {
 
 // Wait returns the outcome as soon as it is decided, or the state so far (Decided
 // false) when ctx ends first.
-func (c *Call[T]) Wait(ctx context.Context) Outcome[T] {
+func (c *Call[T]) Wait(ctx context.Context) Outcome[T] { return c.WaitOr(ctx, nil) }
+
+// WaitOr is Wait that also stops waiting once stop is closed (nil: never).
+func (c *Call[T]) WaitOr(ctx context.Context, stop <-chan struct{}) Outcome[T] {
 	select {
 	case <-c.decided:
+		return c.outcome
 	case <-ctx.Done():
-		select {
-		case <-c.decided: // decided at the same moment: prefer the outcome
-		default:
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.snapshot()
-		}
+	case <-stop:
 	}
-	return *c.outcome
+	select {
+	case <-c.decided: // decided at the same moment: prefer the outcome
+		return c.outcome
+	default:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.snapshot()
+	}
 }
 
 // Settled is closed once every node has answered or failed.
-func (c *Call[T]) Settled() <-chan struct{} { return c.settled }
+func (c *Call[T]) Settled() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled == nil {
+		if c.pending == 0 {
+			return closed
+		}
+		c.settled = make(chan struct{})
+	}
+	return c.settled
+}
 
 // Replies returns the replies so far, including stragglers that answered after the
 // outcome was decided.
@@ -201,6 +325,28 @@ func (c *Call[T]) Replies() []Reply[T] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Reply[T](nil), c.replies...)
+}
+
+// AbandonDone is Abandon for a caller that needs only which nodes had
+// answered: it returns their positions, all itself (which must hold 0..n-1)
+// when every node had, and nil when the call was abandoned already.
+func (c *Call[T]) AbandonDone(all []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dropped {
+		return nil
+	}
+	c.dropped = true
+	if c.pending == 0 {
+		return all
+	}
+	done := make([]int, 0, len(c.replies)-c.pending)
+	for i, r := range c.replies {
+		if r.Done {
+			done = append(done, i)
+		}
+	}
+	return done
 }
 
 // Abandon marks the call as abandoned: every node that answers from now on with an

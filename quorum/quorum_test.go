@@ -187,3 +187,71 @@ func TestReplyPredicates(t *testing.T) {
 		assert.Equal(t, tt.unst, tt.r.Unsettled(), "%+v", tt.r)
 	}
 }
+
+// runner is fake as a quorum.Runner, recording its callbacks.
+type runner struct {
+	*fake
+	mu      sync.Mutex
+	replied []int
+	undone  []int
+	settled chan struct{}
+}
+
+func (r *runner) Run(ctx context.Context, i int) (int, bool, error) { return r.op(ctx, i) }
+
+func (r *runner) OnReply(i int, _ quorum.Reply[int]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replied = append(r.replied, i)
+}
+
+func (r *runner) Settled() {
+	if r.settled != nil {
+		close(r.settled)
+	}
+}
+
+func (r *runner) Undo(i int, _ quorum.Reply[int]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.undone = append(r.undone, i)
+}
+
+// StartRunner decides as Start does, reports every reply, undoes the
+// stragglers that land after AbandonDone, which names the nodes that had
+// answered; Group counts the goroutines and Runner.Settled runs once all
+// returned.
+func TestStartRunnerAbandonDone(t *testing.T) {
+	settled := make(chan struct{})
+	r := &runner{fake: &fake{votes: []vote{{ok: true}, {ok: true}, {ok: true, block: true}}, gate: make(chan struct{})}, settled: settled}
+	var wg sync.WaitGroup
+	c := quorum.StartRunner(context.Background(), 3, r, quorum.Options[int]{Group: &wg})
+	o := c.Wait(context.Background())
+	require.True(t, o.Success)
+	assert.Equal(t, 2, o.Yes)
+	// Node 2 may not have answered when the outcome was decided; wait
+	// until 0 and 1 are counted, then abandon.
+	for {
+		r.mu.Lock()
+		n := len(r.replied)
+		r.mu.Unlock()
+		if n == 2 {
+			break
+		}
+	}
+	all := []int{0, 1, 2}
+	assert.Equal(t, []int{0, 1}, c.AbandonDone(all))
+	assert.Nil(t, c.AbandonDone(all), "abandoned already")
+	close(r.gate)
+	<-c.Settled()
+	<-settled
+	wg.Wait()
+	assert.Equal(t, []int{2}, r.undone)
+	assert.ElementsMatch(t, []int{0, 1, 2}, r.replied)
+	assert.Equal(t, 3, len(c.Replies()))
+
+	// Every node answered: AbandonDone returns all itself.
+	c = quorum.StartRunner(context.Background(), 3, &runner{fake: &fake{votes: []vote{{ok: true}, {ok: true}, {}}}}, quorum.Options[int]{})
+	<-c.Settled()
+	assert.Equal(t, &all[0], &c.AbandonDone(all)[0])
+}

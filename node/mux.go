@@ -263,17 +263,19 @@ func (mc *muxConn) enqueue(req *muxReq) bool {
 		}
 	}
 	mc.inflight.Add(1)
-	// Once pending, req may get its reply (a failure, when the reader stops)
-	// and be recycled by its caller: read it before.
-	cmd, args := req.cmd, req.args
+	// Send before req is pending: once pending, req may get its reply (a
+	// failure, when the reader stops) and be recycled, args included. The
+	// writer is the only sender, so pending keeps the order of the sends, and
+	// the reader reads a reply only for a pending request.
+	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+		mc.fail(fmt.Errorf("node: send: %w", err))
+		req.reply <- muxResult{err: mc.err}
+		return false
+	}
 	select {
 	case mc.pending <- req:
 	case <-mc.done:
 		req.reply <- muxResult{err: mc.err}
-		return false
-	}
-	if err := mc.c.Send(cmd, args...); err != nil {
-		mc.fail(fmt.Errorf("node: send: %w", err))
 		return false
 	}
 	return true

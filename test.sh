@@ -11,12 +11,12 @@
 #
 # Order, for 2 cores: every module's test binaries are compiled first, two
 # modules at a time (go test -race -exec true: nothing runs). Then the modules
-# whose tests measure real time run one after another, while the simulation
-# (virtual time) and the consumer check (internal/tools: builds a module outside
-# the repository against the working tree's modules) run beside them. The fault
-# suite, the most timing-sensitive, follows the timed modules in their lane,
-# still beside the simulation's (which needs no real time). REDLOCK_TEST_SERIAL=1
-# runs every module one after another instead.
+# whose tests measure real time, then the consumer check (internal/tools:
+# builds a module outside the repository against the working tree's modules),
+# run one after another, while the simulation (virtual time, the longest) runs
+# beside them. The fault suite, the most timing-sensitive, follows them in
+# their lane, still beside the simulation's (which needs no real time).
+# REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
 # prints a passing package's output only with -v) to $REDLOCK_FAULT_REPORT and
@@ -28,8 +28,8 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # real time: one at a time
-untimed="sim internal/tools"                                     # beside them
+timed=". cmd/redlock goredis rueidis metrics metrics/otel bench internal/tools" # one at a time
+untimed="sim"                                                                    # beside them
 alone="faults"                                                   # after the timed ones
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order

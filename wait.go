@@ -167,11 +167,11 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err
 	}
 	w.last = qe
-	if denied(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+	if failedWith(w.last, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
-	if w.lc.waiter != nil && down(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+	if w.lc.waiter != nil && failedWith(w.last, "node down") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		w.yieldPlace()
 	}
 	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
@@ -187,24 +187,14 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
 }
 
-// denied counts the nodes of qe that failed with a permission error (an ACL
-// without the commands of the scripts: docs/operations.md).
-func denied(qe *QuorumError) int {
+// failedWith counts the nodes of qe whose failure is of kind (failureKind):
+// "permission denied" (an ACL without the commands of the scripts:
+// docs/operations.md), "node down" (a breaker open: failing calls in a row,
+// not one slow answer).
+func failedWith(qe *QuorumError, kind string) int {
 	n := 0
 	for _, e := range qe.Errs {
-		if e != nil && e.Err != nil && isPermission(e.Err.Error()) {
-			n++
-		}
-	}
-	return n
-}
-
-// down counts the nodes of qe whose breaker was open (ErrNodeDown): nodes
-// that failed calls in a row, not one slow answer.
-func down(qe *QuorumError) int {
-	n := 0
-	for _, e := range qe.Errs {
-		if e != nil && errors.Is(e.Err, ErrNodeDown) {
+		if e != nil && failureKind(e.Err) == kind {
 			n++
 		}
 	}

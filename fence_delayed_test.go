@@ -169,6 +169,21 @@ func (g *gatedClient) lock(t *testing.T, ctx context.Context, resource string, o
 	return l, err
 }
 
+// release releases l and waits until no server has its lock key: Release
+// returns once a majority released, and another client's next grant must not
+// depend on whether the last node's release landed before it.
+func release(t *testing.T, ctx context.Context, servers []*redistest.Server, l *redlock.Lock) {
+	t.Helper()
+	require.NoError(t, l.Release(ctx))
+	key := redlock.LockKey(redlock.DefaultKeyPrefix, l.Resource())
+	for _, s := range servers {
+		require.Eventually(t, func() bool {
+			n, err := redis.Int(s.Do("EXISTS", key))
+			return err == nil && n == 0
+		}, 5*time.Second, time.Millisecond, "the release on %s did not land", s.URL())
+	}
+}
+
 // counters returns each server's counter at fenceKey ("none" when absent).
 func counters(t *testing.T, servers []*redistest.Server, fenceKey string) []string {
 	out := make([]string, len(servers))
@@ -248,14 +263,14 @@ func TestFenceDelayedRaiseOnWipedNode(t *testing.T) {
 	tokX, err := x.Fence(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), tokX)
-	require.NoError(t, x.Release(ctx))
+	release(t, ctx, servers, x)
 
 	// Y cannot reach n0: it holds n1 (2) and n2 (1) and fences 3.
 	gy[0].setCut(true)
 	y, tokY, err := fenced(t, ctx, cy, "res")
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), tokY)
-	require.NoError(t, y.Release(ctx))
+	release(t, ctx, servers, y)
 	require.Equal(t, []string{"2", "3", "3"}, counters(t, servers, fenceKey))
 
 	// n2 loses its data; X's raise lands there.
@@ -273,7 +288,7 @@ func TestFenceDelayedRaiseOnWipedNode(t *testing.T) {
 		require.NotEqual(t, tokY, tokZ, "token %d granted to Y and to Z, and Z came after Y on n2", tokY)
 	}
 	require.ErrorIs(t, err, redlock.ErrLockLost, "Z trusts n0 only")
-	require.NoError(t, z.Release(ctx))
+	release(t, ctx, servers, z)
 
 	// With every node reachable, the next fenced grant trusts n0 and n1 and
 	// repairs n2 inside its lock: the sequence goes on above Y's token.
@@ -281,7 +296,7 @@ func TestFenceDelayedRaiseOnWipedNode(t *testing.T) {
 	w, tokW, err := fenced(t, ctx, cz, "res")
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), tokW)
-	require.NoError(t, w.Release(ctx))
+	release(t, ctx, servers, w)
 	require.Equal(t, []string{"4", "4", "4"}, counters(t, servers, fenceKey))
 }
 
@@ -318,14 +333,14 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 			x, tokX, err := fenced(t, ctx, cx, "res")
 			require.NoError(t, err)
 			require.Equal(t, uint64(1), tokX)
-			require.NoError(t, x.Release(ctx))
+			release(t, ctx, servers, x)
 			require.Equal(t, []string{"1", "1", "none"}, counters(t, servers, fenceKey))
 
 			// Y1: n2 is a suspect, repaired inside Y1's lock with 2.
 			y1, tokY1, err := fenced(t, ctx, cy, "res")
 			require.NoError(t, err)
 			require.Equal(t, uint64(2), tokY1)
-			require.NoError(t, y1.Release(ctx))
+			release(t, ctx, servers, y1)
 			require.Equal(t, []string{"2", "2", "2"}, counters(t, servers, fenceKey))
 
 			// Y2 cannot reach n0: it fences 3 on n1 and n2.
@@ -333,7 +348,7 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 			y2, tokY2, err := fenced(t, ctx, cy, "res")
 			require.NoError(t, err)
 			require.Equal(t, uint64(3), tokY2)
-			require.NoError(t, y2.Release(ctx))
+			release(t, ctx, servers, y2)
 			gy[0].setCut(false)
 
 			_, err = servers[2].Do("FLUSHALL")
@@ -348,7 +363,7 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 			assert.Equal(t, []string{"2", "3", "none"}, counters(t, servers, fenceKey),
 				"a late creation re-created the wiped node's counter below the token it had accepted")
 			if w != nil {
-				require.NoError(t, w.Release(ctx))
+				release(t, ctx, servers, w)
 			}
 
 			// Z cannot reach n1: it holds n0 (2) and n2 (no counter).
@@ -358,7 +373,7 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 				require.NotEqual(t, tokY2, tokZ, "token %d granted to Y2 and to Z, and Z came after Y2 on n2", tokY2)
 			}
 			require.ErrorIs(t, err, redlock.ErrLockLost, "Z trusts n0 only")
-			require.NoError(t, z.Release(ctx))
+			release(t, ctx, servers, z)
 		})
 	}
 }

@@ -305,6 +305,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
+	if o.Success {
+		c.releaseInFlight(l.resource, inFlight{release: call.Settled(), acquire: l.acquire.Settled()})
+	}
 	c.releasedHere(l.resource)
 	var err error
 	if !o.Success {

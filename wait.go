@@ -129,6 +129,79 @@ func (c *Client) releasedHere(resource string) {
 	}
 }
 
+// maxReleasing bounds the releases remembered as in flight (releaseInFlight).
+const maxReleasing = 256
+
+// inFlight is a release that returned while some nodes had not answered: the
+// release's round and the acquisition's (whose stragglers release themselves
+// as they land), each closed once every node answered, bounded by the node
+// timeout.
+type inFlight struct{ release, acquire <-chan struct{} }
+
+func (f inFlight) settled() bool {
+	for _, ch := range [...]<-chan struct{}{f.release, f.acquire} {
+		select {
+		case <-ch:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// releaseInFlight records that this client's release of resource returned
+// (a majority answered) while other nodes' answers may still be to come.
+func (c *Client) releaseInFlight(resource string, f inFlight) {
+	if f.settled() {
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.releasing == nil {
+		c.releasing = map[string]inFlight{}
+	}
+	if _, ok := c.releasing[resource]; !ok && len(c.releasing) >= maxReleasing {
+		for r, f := range c.releasing {
+			if f.settled() {
+				delete(c.releasing, r)
+			}
+		}
+		if len(c.releasing) >= maxReleasing {
+			return // so many at once: an attempt may meet a node still holding our key, and wait or queue
+		}
+	}
+	c.releasing[resource] = f
+	c.nreleasing.Store(int32(len(c.releasing)))
+}
+
+// awaitRelease waits, before an attempt on resource, until the nodes that had
+// not answered this client's last release of it have (bounded by the node
+// timeout), or ctx ends. Release returns once a majority released; an attempt
+// sent before the others' releases landed would be refused by them, by our own
+// key, and the client would take the resource for contended and queue.
+func (c *Client) awaitRelease(ctx context.Context, resource string) {
+	if c.nreleasing.Load() == 0 {
+		return
+	}
+	c.qmu.Lock()
+	f, ok := c.releasing[resource]
+	if ok {
+		delete(c.releasing, resource)
+		c.nreleasing.Store(int32(len(c.releasing)))
+	}
+	c.qmu.Unlock()
+	if !ok {
+		return
+	}
+	for _, ch := range [...]<-chan struct{}{f.release, f.acquire} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // waiting is one Lock call's wait for its lock: its place in the nodes'
 // queues once refused (lc.waiter), its pace, and its wake-ups.
 type waiting struct {

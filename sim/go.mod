@@ -10,4 +10,4 @@ require (
 	github.com/redlock-go/redlock v0.1.0
 )
 
-require github.com/yuin/gopher-lua v1.1.1 // indirect
+require github.com/yuin/gopher-lua v1.1.1

@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	lua "github.com/yuin/gopher-lua"
+
 	"github.com/redlock-go/redlock/sim"
 )
 
@@ -32,6 +34,12 @@ func TestMain(m *testing.M) {
 	// 200 KB) while the live heap stays small (a few MB): collecting less
 	// often saves a sixth of the CPU time under -race.
 	debug.SetGCPercent(800)
+	// miniredis builds that interpreter with gopher-lua's defaults: a value
+	// stack of 5,120 slots (80 KB) and 256 call frames. Our scripts need a
+	// few dozen of each; under -race every byte allocated is also freed
+	// through the race detector's shadow memory (half the CPU time went
+	// there). An overflow would fail the script, and the schedule, loudly.
+	lua.RegistrySize, lua.CallStackSize = 1024, 64
 	os.Exit(m.Run())
 }
 

@@ -105,6 +105,7 @@ func newLockStrings(prefix, resource string) (token, key, fenceKey string, err e
 
 // acquireOn is the acquisition's call on one node.
 func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+	l.c.awaitOwnRelease(ctx, l.resource, i)
 	a, err := n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
 	return l.observe(i, a, err)
 }
@@ -114,6 +115,7 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	wv := w.Waiter // the same ticket on every node; settle changes w after the round
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+		l.c.awaitOwnRelease(ctx, l.resource, i)
 		a, err := w.acquire(ctx, n, l, wv)
 		return l.observe(i, a, err)
 	}
@@ -306,7 +308,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	if o.Success {
-		c.releaseInFlight(l.resource, inFlight{release: call.Settled(), acquire: l.acquire.Settled()})
+		c.releaseInFlight(l.resource, call.Call, done)
 	}
 	c.releasedHere(l.resource)
 	var err error

@@ -37,11 +37,11 @@ type Client struct {
 	cancelCleanup context.CancelFunc
 
 	qmu        sync.Mutex
-	queues     map[string]*queue   // Lock's waiters per resource
-	freeQueues []*queue            // empty queues, for reuse
-	held       map[string]int      // locks taken through this client and not released, per resource
-	releasing  map[string]inFlight // per resource: this client's release whose last nodes have not answered yet (closed once they did)
-	nreleasing atomic.Int32        // len(releasing): the attempts' fast path
+	queues     map[string]*queue    // Lock's waiters per resource
+	freeQueues []*queue             // empty queues, for reuse
+	held       map[string]int       // locks taken through this client and not released, per resource
+	releasing  map[string]*inFlight // per resource: this client's release whose last nodes have not answered yet (closed once they did)
+	nreleasing atomic.Int32         // len(releasing): the attempts' fast path
 
 	health    []*nodeHealth        // per node: its breaker, and what Health reports (health.go)
 	contended map[string]time.Time // resources refused lately: when (guarded by qmu)
@@ -441,7 +441,6 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		return nil, err
 	}
 	defer c.end()
-	c.awaitRelease(ctx, resource)
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}

@@ -132,71 +132,67 @@ func (c *Client) releasedHere(resource string) {
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).
 const maxReleasing = 256
 
-// inFlight is a release that returned while some nodes had not answered: the
-// release's round and the acquisition's (whose stragglers release themselves
-// as they land), each closed once every node answered, bounded by the node
-// timeout.
-type inFlight struct{ release, acquire <-chan struct{} }
-
-func (f inFlight) settled() bool {
-	for _, ch := range [...]<-chan struct{}{f.release, f.acquire} {
-		select {
-		case <-ch:
-		default:
-			return false
-		}
-	}
-	return true
+// inFlight is this client's release of a resource that returned once a
+// majority released, while other nodes' releases were still on their way.
+type inFlight struct {
+	call *quorum.Call[struct{}]
+	idx  []int // the nodes of the release's round: call's node j is idx[j]
 }
 
-// releaseInFlight records that this client's release of resource returned
-// (a majority answered) while other nodes' answers may still be to come.
-func (c *Client) releaseInFlight(resource string, f inFlight) {
-	if f.settled() {
+// releaseInFlight records that this client's release of resource (call, over
+// nodes idx) returned before every node answered.
+func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], idx []int) {
+	if call.Unanswered() == 0 {
 		return
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.releasing == nil {
-		c.releasing = map[string]inFlight{}
+		c.releasing = map[string]*inFlight{}
 	}
 	if _, ok := c.releasing[resource]; !ok && len(c.releasing) >= maxReleasing {
 		for r, f := range c.releasing {
-			if f.settled() {
+			if f.call.Unanswered() == 0 {
 				delete(c.releasing, r)
 			}
 		}
 		if len(c.releasing) >= maxReleasing {
-			return // so many at once: an attempt may meet a node still holding our key, and wait or queue
+			return // so many at once: an attempt may meet our own key on a node, and be refused there
 		}
 	}
-	c.releasing[resource] = f
+	c.releasing[resource] = &inFlight{call: call, idx: idx}
 	c.nreleasing.Store(int32(len(c.releasing)))
 }
 
-// awaitRelease waits, before an attempt on resource, until the nodes that had
-// not answered this client's last release of it have (bounded by the node
-// timeout), or ctx ends. Release returns once a majority released; an attempt
-// sent before the others' releases landed would be refused by them, by our own
-// key, and the client would take the resource for contended and queue.
-func (c *Client) awaitRelease(ctx context.Context, resource string) {
+// awaitOwnRelease waits, before an acquisition of resource is sent to node i,
+// until this client's last release of resource has answered on that node, or
+// ctx (the attempt's call on node i) ends. Release returns once a majority
+// released: an attempt sent to a node before our release landed there is
+// refused by our own key, and the resource would be taken for contended (an
+// early split, a Lock that queues). Only node i's call waits: a paused node
+// holds back nothing but its own acquisition, which it would not answer
+// either.
+func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int) {
 	if c.nreleasing.Load() == 0 {
 		return
 	}
 	c.qmu.Lock()
-	f, ok := c.releasing[resource]
-	if ok {
+	f := c.releasing[resource]
+	if f != nil && f.call.Unanswered() == 0 {
 		delete(c.releasing, resource)
 		c.nreleasing.Store(int32(len(c.releasing)))
+		f = nil
 	}
 	c.qmu.Unlock()
-	if !ok {
+	if f == nil {
 		return
 	}
-	for _, ch := range [...]<-chan struct{}{f.release, f.acquire} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
+	for j, n := range f.idx {
+		if n == i {
+			select {
+			case <-f.call.Answered(j):
+			case <-ctx.Done():
+			}
 			return
 		}
 	}
@@ -244,7 +240,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
-	if w.lc.waiter != nil && failedWith(w.last, "node down") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+	if w.lc.waiter != nil && cannotReach(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		w.yieldPlace()
 	}
 	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
@@ -491,4 +487,25 @@ func waitRetry(ctx context.Context, rw *releaseWatch, local, closed <-chan struc
 	case <-local:
 		return wokeLocal, nil
 	}
+}
+
+// cannotReach counts the nodes of qe that failed in a way the next attempt
+// will meet again: a breaker open, a restart quarantine, a connection
+// refused (breakers off), credentials or an ACL the node rejects, a node
+// that is not an independent primary, any error reply. Not a timeout or a
+// lost connection: one slow answer of an overloaded node, or a blip (its
+// breaker opens if they go on).
+func cannotReach(qe *QuorumError) int {
+	n := 0
+	for _, e := range qe.Errs {
+		if e == nil {
+			continue
+		}
+		switch failureKind(e.Err) {
+		case "timeout", "connection lost", "network error":
+		default:
+			n++
+		}
+	}
+	return n
 }

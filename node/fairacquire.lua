@@ -69,8 +69,9 @@ else
 end
 local lease = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
-redis.call('PEXPIRE', KEYS[3], 2 * lease)
-redis.call('PEXPIRE', KEYS[4], 2 * lease)
+-- Only ever lengthened: another waiter's lease may be longer than ours.
+if redis.call('PTTL', KEYS[3]) < 2 * lease then redis.call('PEXPIRE', KEYS[3], 2 * lease) end
+if redis.call('PTTL', KEYS[4]) < 2 * lease then redis.call('PEXPIRE', KEYS[4], 2 * lease) end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
 if ahead > 0 and dropDead() > 0 then
   ahead = redis.call('ZRANK', KEYS[3], ARGV[3])

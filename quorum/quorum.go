@@ -112,7 +112,10 @@ type Call[T any] struct {
 	outcome Outcome[T] // snapshot taken when decided
 	decided chan struct{}
 	settled chan struct{} // made by Settled, nil until asked for
-	dropped bool
+	// answered holds, per node, the channel Answered made for it (nil until
+	// one is asked for): closed with that node's reply.
+	answered map[int]chan struct{}
+	dropped  bool
 }
 
 // closed is a closed channel: Settled's once every node answered before it
@@ -218,6 +221,9 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 
 	c.mu.Lock()
 	c.replies[i] = r
+	if ch := c.answered[i]; ch != nil {
+		close(ch)
+	}
 	switch {
 	case r.Yes():
 		c.yes++
@@ -304,6 +310,31 @@ func (c *Call[T]) WaitOr(ctx context.Context, stop <-chan struct{}) Outcome[T] {
 		defer c.mu.Unlock()
 		return c.snapshot()
 	}
+}
+
+// Answered is closed once node i has answered or failed.
+func (c *Call[T]) Answered(i int) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replies[i].Done {
+		return closed
+	}
+	if c.answered == nil {
+		c.answered = map[int]chan struct{}{}
+	}
+	ch := c.answered[i]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.answered[i] = ch
+	}
+	return ch
+}
+
+// Unanswered returns the number of nodes that have not answered yet.
+func (c *Call[T]) Unanswered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending
 }
 
 // Settled is closed once every node has answered or failed.

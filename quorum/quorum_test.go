@@ -255,3 +255,27 @@ func TestStartRunnerAbandonDone(t *testing.T) {
 	<-c.Settled()
 	assert.Equal(t, &all[0], &c.AbandonDone(all)[0])
 }
+
+// TestAnswered: Answered(i) closes with node i's reply, whether asked for
+// before or after it; Unanswered counts the nodes still to answer.
+func TestAnswered(t *testing.T) {
+	f := &fake{votes: []vote{{ok: true}, {ok: true}, {block: true}}, gate: make(chan struct{})}
+	c := quorum.Start(context.Background(), 3, f.op, quorum.Options[int]{})
+	o := c.Wait(context.Background())
+	require.True(t, o.Success)
+	<-c.Answered(0)
+	<-c.Answered(1)
+	late := c.Answered(2)
+	select {
+	case <-late:
+		t.Fatal("node 2 has not answered")
+	default:
+	}
+	require.Equal(t, 1, c.Unanswered())
+	require.Equal(t, late, c.Answered(2), "one channel a node")
+	close(f.gate)
+	<-late
+	<-c.Settled()
+	require.Equal(t, 0, c.Unanswered())
+	<-c.Answered(2)
+}

@@ -79,7 +79,10 @@ func TestDialTLS(t *testing.T) {
 	defer n.Close()
 	require.NoError(t, n.Ping(ctx))
 
-	strict, err := node.Dial(url)
+	// A long node timeout: the handshake must fail on the certificate, not on
+	// the default 500 ms timeout of a loaded machine (-race, 2 cores: a CI run
+	// at load 8 timed out first).
+	strict, err := node.Dial(url, node.WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	defer strict.Close()
 	err = strict.Ping(ctx)

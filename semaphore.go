@@ -86,6 +86,7 @@ type Semaphore struct {
 
 	mu      sync.Mutex
 	held    []*Permit     // by slot: the permit of this Semaphore that holds it, if any
+	trying  []bool        // by slot: a call of this Semaphore is trying it
 	waiters []*semWaiter  // Acquire calls waiting, first come first
 	next    int           // the waiter the next slot hint goes to (round robin)
 	watch   *slotWatch    // the slots' release notifications, while someone waits
@@ -117,7 +118,8 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 			name, n, quorum.Majority(n), n)
 	}
 	s := &Semaphore{c: c, name: name, permits: permits, ttl: cfg.ttl,
-		slots: make([]string, permits), keys: make([]string, permits), held: make([]*Permit, permits)}
+		slots: make([]string, permits), keys: make([]string, permits),
+		held: make([]*Permit, permits), trying: make([]bool, permits)}
 	for i := range permits {
 		s.slots[i] = SemaphoreSlot(name, i)
 		s.keys[i] = c.lockKey(s.slots[i])
@@ -249,12 +251,12 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 		case <-c.stop:
 			return nil, s.notAcquired(last, ErrClosed)
 		case slot := <-w.hint:
-			if s.heldHere(slot) {
-				continue
-			}
 			p, err := s.try(ctx, slot, cfg.ttl)
 			if p != nil {
 				return p, nil
+			}
+			if err == nil {
+				continue // not tried: held or tried here
 			}
 			if !errors.As(err, &q) {
 				return nil, err
@@ -291,7 +293,7 @@ func (s *Semaphore) notAcquired(last *QuorumError, cause error) error {
 	return fmt.Errorf("redlock: semaphore %q: no permit of %d acquired: %w", s.name, s.permits, last)
 }
 
-// pass tries every slot not held through this Semaphore, from a random one,
+// pass tries every slot not held nor tried through this Semaphore, from a random one,
 // and returns the first permit taken; else the last refusal, or the error
 // that ends the call (one that retrying cannot help: bad input, a closed
 // client, or ctx ended).
@@ -303,12 +305,12 @@ func (s *Semaphore) pass(ctx context.Context, ttl time.Duration) (*Permit, *Quor
 			return nil, last, s.notAcquired(last, err)
 		}
 		i := (start + k) % s.permits
-		if s.heldHere(i) {
-			continue
-		}
 		p, err := s.try(ctx, i, ttl)
 		if p != nil {
 			return p, nil, nil
+		}
+		if err == nil {
+			continue // not tried: held or tried here
 		}
 		var q *QuorumError
 		if !errors.As(err, &q) || q.Kind != ErrNotAcquired {
@@ -319,30 +321,45 @@ func (s *Semaphore) pass(ctx context.Context, ttl time.Duration) (*Permit, *Quor
 	return nil, last, nil
 }
 
-// heldHere reports whether a valid permit of this Semaphore holds slot i: an
-// attempt on it is bound to fail.
-func (s *Semaphore) heldHere(i int) bool {
+// claim marks slot i as tried by this Semaphore, unless a valid permit of it
+// holds the slot (an attempt is bound to fail) or another of its calls is
+// trying it (two attempts of one client on one slot can split the nodes'
+// votes so that neither wins), and reports whether it did. Unless it
+// failed, unclaim must follow.
+func (s *Semaphore) claim(i int) bool {
 	s.mu.Lock()
-	p := s.held[i]
-	s.mu.Unlock()
-	if p == nil {
+	defer s.mu.Unlock()
+	if s.trying[i] {
 		return false
 	}
-	until, released := p.lock.lease()
-	return !released && time.Now().Before(until)
+	if p := s.held[i]; p != nil {
+		until, released := p.lock.lease()
+		if !released && time.Now().Before(until) {
+			return false
+		}
+	}
+	s.trying[i] = true
+	return true
 }
 
-// try makes one attempt on slot i.
+// try makes one attempt on slot i, if claim allows it; a permit, or the
+// attempt's error, or neither when it was not made.
 func (s *Semaphore) try(ctx context.Context, i int, ttl time.Duration) (*Permit, error) {
-	l, err := s.c.TryLock(ctx, s.slots[i], WithLockTTL(ttl))
-	if err != nil {
-		return nil, err
+	if !s.claim(i) {
+		return nil, nil
 	}
-	p := &Permit{s: s, slot: i, lock: l}
+	l, err := s.c.TryLock(ctx, s.slots[i], WithLockTTL(ttl))
+	var p *Permit
+	if err == nil {
+		p = &Permit{s: s, slot: i, lock: l}
+	}
 	s.mu.Lock()
-	s.held[i] = p
+	s.trying[i] = false
+	if p != nil {
+		s.held[i] = p
+	}
 	s.mu.Unlock()
-	return p, nil
+	return p, err
 }
 
 // semWaiter is an Acquire call waiting for a release.

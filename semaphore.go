@@ -84,13 +84,19 @@ type Semaphore struct {
 	slots   []string // SemaphoreSlot(name, i)
 	keys    []string // the slots' lock keys
 
-	mu      sync.Mutex
-	held    []*Permit     // by slot: the permit of this Semaphore that holds it, if any
-	trying  []bool        // by slot: a call of this Semaphore is trying it
-	waiters []*semWaiter  // Acquire calls waiting, first come first
-	next    int           // the waiter the next slot hint goes to (round robin)
-	watch   *slotWatch    // the slots' release notifications, while someone waits
-	watched chan struct{} // closed once watch has started (its subscriptions confirmed, or given up)
+	mu     sync.Mutex
+	held   []*Permit // by slot: the permit of this Semaphore that holds it, if any
+	trying []bool    // by slot: a call of this Semaphore is trying it
+	// busy, by slot: refused (held elsewhere) since its last release heard,
+	// while watching; gen, by slot: counts the releases heard (an attempt
+	// that began before one must not mark the slot busy).
+	busy     []bool
+	gen      []uint64
+	watching bool          // the slots' releases are listened for (busy marks hold)
+	waiters  []*semWaiter  // Acquire calls waiting, first come first
+	next     int           // the waiter the next slot hint goes to (round robin)
+	watch    *slotWatch    // the slots' release notifications, while someone waits
+	watched  chan struct{} // closed once watch has started (its subscriptions confirmed, or given up)
 }
 
 // Client.Semaphore returns the semaphore called name, of permits permits. It
@@ -119,7 +125,8 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 	}
 	s := &Semaphore{c: c, name: name, permits: permits, ttl: cfg.ttl,
 		slots: make([]string, permits), keys: make([]string, permits),
-		held: make([]*Permit, permits), trying: make([]bool, permits)}
+		held: make([]*Permit, permits), trying: make([]bool, permits),
+		busy: make([]bool, permits), gen: make([]uint64, permits)}
 	for i := range permits {
 		s.slots[i] = SemaphoreSlot(name, i)
 		s.keys[i] = c.lockKey(s.slots[i])
@@ -198,7 +205,9 @@ func (p *Permit) Keep(parent context.Context, opts ...HoldOption) (context.Conte
 
 // TryAcquire makes one pass over the slots, from a random one, and returns the
 // first it takes; the error wraps ErrNotAcquired when none was free (or so
-// many nodes failed that none could be taken).
+// many nodes failed that none could be taken). Slots held by permits of this
+// Semaphore, or being tried by its other calls, are skipped: it makes at most
+// Permits attempts, each a round to every node.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...SemaphoreOption) (*Permit, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
@@ -207,7 +216,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...SemaphoreOption) (*P
 	if err != nil {
 		return nil, err
 	}
-	p, last, err := s.pass(ctx, cfg.ttl)
+	p, last, err := s.pass(ctx, cfg.ttl, false)
 	if p != nil || err != nil {
 		return p, err
 	}
@@ -217,9 +226,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...SemaphoreOption) (*P
 // Acquire waits for a permit until it gets one or ctx ends (the error then
 // wraps ErrNotAcquired and ctx.Err()), or the client is closed (ErrClosed).
 // It makes one pass over the slots, then waits for a release of any slot,
-// notified by the nodes (and at once for a release through this Semaphore):
-// it tries the slot released, and makes a new pass every 125 to 250 ms
-// (jittered) in case a notification was lost.
+// notified by the nodes once a majority of them released it (and at once for
+// a release through this Semaphore), and tries the slot released; a vote
+// split with other clients' waiters is tried again after a jittered backoff.
+// While Acquire calls of this Semaphore wait, they listen for every slot's
+// release, and its passes skip the slots refused since their last release
+// heard; the first of them makes a full pass every 125 to 250 ms (half to all
+// of the client's maximum retry backoff, jittered) in case a notification was
+// lost (a lease that expired, a node that could not notify).
 func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Permit, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
@@ -233,16 +247,21 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 		return nil, err
 	}
 	defer c.leaveCall()
-	p, last, err := s.pass(ctx, cfg.ttl)
+	p, last, err := s.pass(ctx, cfg.ttl, true)
 	if p != nil || err != nil {
 		return p, err
 	}
 	w := s.enter(ctx)
 	defer s.leave(w)
 	// A slot released while the subscriptions were made is missed by them:
-	// one more pass.
+	// one more pass (skipping the slots refused while listening: their
+	// release would be heard). Then a full pass now and then, in case a
+	// notification was lost, by the first waiter only (the others are
+	// hinted at what it does not take).
 	t := time.NewTimer(0)
 	defer t.Stop()
+	first := true
+	splits := 0
 	for {
 		var q *QuorumError
 		select {
@@ -251,7 +270,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 		case <-c.stop:
 			return nil, s.notAcquired(last, ErrClosed)
 		case slot := <-w.hint:
-			p, err := s.try(ctx, slot, cfg.ttl)
+			p, err := s.try(ctx, slot, cfg.ttl, false)
 			if p != nil {
 				return p, nil
 			}
@@ -262,14 +281,25 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 				return nil, err
 			}
 			last = q
+			if q.Agreed > 0 {
+				// Some nodes granted it: the vote split between the
+				// waiters of several clients hinted at the same release,
+				// and the slot is free again once they undo it. Try it
+				// again after a jittered backoff.
+				w.retry(slot, backoff(c.cfg.retryMin, c.cfg.retryMax, splits))
+				splits++
+			}
 		case <-t.C:
-			p, q, err := s.pass(ctx, cfg.ttl)
-			if p != nil || err != nil {
-				return p, err
+			if first || s.first(w) {
+				p, q, err := s.pass(ctx, cfg.ttl, first)
+				if p != nil || err != nil {
+					return p, err
+				}
+				if q != nil {
+					last = q
+				}
 			}
-			if q != nil {
-				last = q
-			}
+			first = false
 			t.Reset(semResync(c.cfg.retryMax))
 		}
 	}
@@ -293,11 +323,12 @@ func (s *Semaphore) notAcquired(last *QuorumError, cause error) error {
 	return fmt.Errorf("redlock: semaphore %q: no permit of %d acquired: %w", s.name, s.permits, last)
 }
 
-// pass tries every slot not held nor tried through this Semaphore, from a random one,
+// pass tries every slot not held nor tried through this Semaphore (nor, with
+// skipBusy, refused since its last release heard), from a random one,
 // and returns the first permit taken; else the last refusal, or the error
 // that ends the call (one that retrying cannot help: bad input, a closed
 // client, or ctx ended).
-func (s *Semaphore) pass(ctx context.Context, ttl time.Duration) (*Permit, *QuorumError, error) {
+func (s *Semaphore) pass(ctx context.Context, ttl time.Duration, skipBusy bool) (*Permit, *QuorumError, error) {
 	var last *QuorumError
 	start := mrand.N(s.permits)
 	for k := range s.permits {
@@ -305,7 +336,7 @@ func (s *Semaphore) pass(ctx context.Context, ttl time.Duration) (*Permit, *Quor
 			return nil, last, s.notAcquired(last, err)
 		}
 		i := (start + k) % s.permits
-		p, err := s.try(ctx, i, ttl)
+		p, err := s.try(ctx, i, ttl, skipBusy)
 		if p != nil {
 			return p, nil, nil
 		}
@@ -326,45 +357,72 @@ func (s *Semaphore) pass(ctx context.Context, ttl time.Duration) (*Permit, *Quor
 // trying it (two attempts of one client on one slot can split the nodes'
 // votes so that neither wins), and reports whether it did. Unless it
 // failed, unclaim must follow.
-func (s *Semaphore) claim(i int) bool {
+func (s *Semaphore) claim(i int, skipBusy bool) (gen uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.trying[i] {
-		return false
+	if s.trying[i] || skipBusy && s.busy[i] {
+		return 0, false
 	}
 	if p := s.held[i]; p != nil {
 		until, released := p.lock.lease()
 		if !released && time.Now().Before(until) {
-			return false
+			return 0, false
 		}
 	}
 	s.trying[i] = true
-	return true
+	return s.gen[i], true
 }
 
 // try makes one attempt on slot i, if claim allows it; a permit, or the
-// attempt's error, or neither when it was not made.
-func (s *Semaphore) try(ctx context.Context, i int, ttl time.Duration) (*Permit, error) {
-	if !s.claim(i) {
+// attempt's error, or neither when it was not made. A slot refused for being
+// held elsewhere while the releases are listened for is marked busy, unless
+// a release of it was heard since the attempt began.
+func (s *Semaphore) try(ctx context.Context, i int, ttl time.Duration, skipBusy bool) (*Permit, error) {
+	gen, ok := s.claim(i, skipBusy)
+	if !ok {
 		return nil, nil
 	}
 	l, err := s.c.TryLock(ctx, s.slots[i], WithLockTTL(ttl))
 	var p *Permit
+	var q *QuorumError
 	if err == nil {
 		p = &Permit{s: s, slot: i, lock: l}
 	}
+	// Held elsewhere: a majority refused, and none agreed (a vote split
+	// between contenders leaves the slot free once they undo it).
+	refused := err != nil && errors.As(err, &q) && q.Kind == ErrNotAcquired && q.Agreed == 0 && q.Refused >= q.Need
 	s.mu.Lock()
 	s.trying[i] = false
 	if p != nil {
 		s.held[i] = p
 	}
+	if refused && s.watching && s.gen[i] == gen {
+		s.busy[i] = true
+	}
 	s.mu.Unlock()
 	return p, err
+}
+
+// first reports whether w is the first of the waiting calls.
+func (s *Semaphore) first(w *semWaiter) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters) > 0 && s.waiters[0] == w
 }
 
 // semWaiter is an Acquire call waiting for a release.
 type semWaiter struct {
 	hint chan int // slots released, to try
+}
+
+// retry hints w at slot i again after d.
+func (w *semWaiter) retry(i int, d time.Duration) {
+	time.AfterFunc(d, func() {
+		select {
+		case w.hint <- i:
+		default:
+		}
+	})
 }
 
 // enter registers a waiter, and starts listening for the slots' releases
@@ -379,6 +437,11 @@ func (s *Semaphore) enter(ctx context.Context) *semWaiter {
 		watch, watched := s.watch, s.watched
 		s.mu.Unlock()
 		watch.start(ctx)
+		s.mu.Lock()
+		if s.watch == watch {
+			s.watching = true
+		}
+		s.mu.Unlock()
 		close(watched)
 		return w
 	}
@@ -403,6 +466,10 @@ func (s *Semaphore) leave(w *semWaiter) {
 	var stop *slotWatch
 	if len(s.waiters) == 0 && s.watch != nil {
 		stop, s.watch = s.watch, nil
+		// Nothing listens any more: a busy mark would outlive the release
+		// that should clear it.
+		s.watching = false
+		clear(s.busy)
 	}
 	watched := s.watched
 	s.mu.Unlock()
@@ -412,9 +479,11 @@ func (s *Semaphore) leave(w *semWaiter) {
 	}
 }
 
-// hintLocked tells one waiter, the next in turn that has room, that slot i
-// was released. s.mu must be held.
+// hintLocked records that slot i was released (it is no longer busy) and
+// tells one waiter, the next in turn that has room. s.mu must be held.
 func (s *Semaphore) hintLocked(i int) {
+	s.busy[i] = false
+	s.gen[i]++
 	for range s.waiters {
 		s.next %= len(s.waiters)
 		w := s.waiters[s.next]

@@ -361,6 +361,7 @@ type SemaphoreResult struct {
 	N, Permits, Q     int
 	Tolerance         int
 	Goroutines        int
+	Clients           int
 	Acquisitions      int
 	Errors            int
 	FirstErr          error
@@ -372,10 +373,13 @@ type SemaphoreResult struct {
 }
 
 // SemaphoreScenario runs cfg.Goroutines goroutines that acquire a permit of
-// s, hold it cfg.Hold and release it, for cfg.Duration, and counts the
-// acquisitions and the most holders at once.
-func SemaphoreScenario(s Semaphorer, cfg SemaphoreConfig) SemaphoreResult {
-	r := SemaphoreResult{Design: s.Design(), N: s.N(), Permits: s.Permits(), Tolerance: s.Tolerance(), Goroutines: cfg.Goroutines}
+// one semaphore, hold it cfg.Hold and release it, for cfg.Duration, and
+// counts the acquisitions and the most holders at once. ss are that
+// semaphore as seen by separate clients (one at least, all of one design,
+// N and number of permits); goroutine g uses ss[g % len(ss)].
+func SemaphoreScenario(ss []Semaphorer, cfg SemaphoreConfig) SemaphoreResult {
+	s := ss[0]
+	r := SemaphoreResult{Design: s.Design(), N: s.N(), Permits: s.Permits(), Tolerance: s.Tolerance(), Goroutines: cfg.Goroutines, Clients: len(ss)}
 	r.Q = s.N() - s.Tolerance()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration)
 	defer cancel()
@@ -385,7 +389,8 @@ func SemaphoreScenario(s Semaphorer, cfg SemaphoreConfig) SemaphoreResult {
 	var held time.Duration
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range cfg.Goroutines {
+	for g := range cfg.Goroutines {
+		s := ss[g%len(ss)]
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				t0 := time.Now()

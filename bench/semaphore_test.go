@@ -81,7 +81,7 @@ func TestSemaphoreScenario(t *testing.T) {
 	must(t, err, "counting")
 	defer counting.Close()
 	for _, s := range []bench.Semaphorer{slots, counting} {
-		r := bench.SemaphoreScenario(s, bench.SemaphoreConfig{Goroutines: 6, Duration: 700 * time.Millisecond, Hold: time.Millisecond})
+		r := bench.SemaphoreScenario([]bench.Semaphorer{s}, bench.SemaphoreConfig{Goroutines: 6, Duration: 700 * time.Millisecond, Hold: time.Millisecond})
 		t.Logf("%s N=%d n=%d: %d acquisitions (%.0f/s), most holders %d, errors %d %v", r.Design, r.N, r.Permits, r.Acquisitions, r.AcqPerSec, r.MostHolders, r.Errors, r.FirstErr)
 		if r.Acquisitions == 0 || r.MostHolders > 2 || r.Errors > 0 {
 			t.Errorf("%s: want acquisitions, at most 2 holders, no error", r.Design)

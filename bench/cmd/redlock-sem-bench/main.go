@@ -28,14 +28,15 @@ func main() {
 	permitsFlag := flag.String("permits", "2,8,64", "comma-separated numbers of permits")
 	nodesFlag := flag.String("nodes", "1,3,5,7", "comma-separated numbers of nodes")
 	factor := flag.Int("contenders", 2, "goroutines per permit (at least 4 goroutines)")
+	clients := flag.Int("clients", 1, "separate clients (each its own connections and semaphore object) sharing the goroutines")
 	flag.Parse()
 	permits, err1 := ints(*permitsFlag)
 	nodes, err2 := ints(*nodesFlag)
-	if err1 != nil || err2 != nil || *duration <= 0 || *factor < 1 {
+	if err1 != nil || err2 != nil || *duration <= 0 || *factor < 1 || *clients < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*bin, *duration, *hold, permits, nodes, *factor); err != nil {
+	if err := run(*bin, *duration, *hold, permits, nodes, *factor, *clients); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -53,7 +54,7 @@ func ints(s string) ([]int, error) {
 	return out, nil
 }
 
-func run(bin string, d, hold time.Duration, permits, nodes []int, factor int) error {
+func run(bin string, d, hold time.Duration, permits, nodes []int, factor, clients int) error {
 	most := 0
 	for _, n := range nodes {
 		most = max(most, n)
@@ -63,8 +64,8 @@ func run(bin string, d, hold time.Duration, permits, nodes []int, factor int) er
 		return err
 	}
 	defer cl.Close()
-	fmt.Printf("%d s per run, hold %v, %d goroutines per permit (at least 4), GOMAXPROCS %d, %s\n\n",
-		int(d.Seconds()), hold, factor, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("%v per run, hold %v, %d goroutines per permit (at least 4) over %d client(s), GOMAXPROCS %d, %s\n\n",
+		d, hold, factor, clients, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| permits n | nodes N | design | q | tolerates | goroutines | acquisitions/s | p50 wait | p99 wait | most holders | client CPU/acq | servers CPU/acq | errors |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	run := 0
@@ -80,20 +81,26 @@ func run(bin string, d, hold time.Duration, permits, nodes []int, factor int) er
 				}
 				run++
 				name := fmt.Sprintf("bench%d", run)
-				var s bench.Semaphorer
-				if design == bench.DesignSlots {
-					s, err = bench.NewSlotSemaphore(cl.URLs(N), name, n)
-				} else {
-					s, err = bench.NewCountingSemaphore(cl.Addrs(N), name, n, 10*time.Second, true)
-				}
-				if err != nil {
-					return err
+				var ss []bench.Semaphorer
+				for range clients {
+					var s bench.Semaphorer
+					if design == bench.DesignSlots {
+						s, err = bench.NewSlotSemaphore(cl.URLs(N), name, n)
+					} else {
+						s, err = bench.NewCountingSemaphore(cl.Addrs(N), name, n, 10*time.Second, true)
+					}
+					if err != nil {
+						return err
+					}
+					ss = append(ss, s)
 				}
 				g := max(4, factor*n)
 				cpu0, srv0 := processCPU(), serverCPU(cl, N)
-				r := bench.SemaphoreScenario(s, bench.SemaphoreConfig{Goroutines: g, Duration: d, Hold: hold})
+				r := bench.SemaphoreScenario(ss, bench.SemaphoreConfig{Goroutines: g, Duration: d, Hold: hold})
 				cpu, srv := processCPU()-cpu0, serverCPU(cl, N)-srv0
-				_ = s.Close()
+				for _, s := range ss {
+					_ = s.Close()
+				}
 				errs := strconv.Itoa(r.Errors)
 				if r.FirstErr != nil {
 					errs += " (" + r.FirstErr.Error() + ")"

@@ -312,10 +312,15 @@ func semResync(max time.Duration) time.Duration {
 }
 
 // notAcquired returns the error of a failed acquisition: the last refusal,
-// with cause, if any.
+// with cause, if any; without one, no slot was tried (each held or being
+// taken through this Semaphore).
 func (s *Semaphore) notAcquired(last *QuorumError, cause error) error {
 	if last == nil {
-		return s.c.failed("acquire", s.name, ErrNotAcquired, cause)
+		err := fmt.Errorf("%w: semaphore %q: each of its %d permits is held or being taken through this Semaphore", ErrNotAcquired, s.name, s.permits)
+		if cause != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		return err
 	}
 	if cause != nil {
 		last.Cause = cause

@@ -180,7 +180,7 @@ func TestSemaphoreExtend(t *testing.T) {
 	other, err := redlock.Dial(redistest.URLs(servers))
 	require.NoError(t, err)
 	defer other.Close()
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	sem, err := c.Semaphore("ext", 1, redlock.WithPermitTTL(ttl))
 	require.NoError(t, err)
 	sem2, err := other.Semaphore("ext", 1)
@@ -189,9 +189,9 @@ func TestSemaphoreExtend(t *testing.T) {
 	p, err := sem.Acquire(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, ttl, p.TTL())
-	deadline := time.Now().Add(3 * ttl)
+	deadline := time.Now().Add(2 * ttl)
 	for time.Now().Before(deadline) {
-		time.Sleep(ttl / 3)
+		time.Sleep(ttl / 4)
 		before := p.Until()
 		require.NoError(t, p.Extend(ctx))
 		assert.True(t, p.Until().After(before), "Extend moves Until")
@@ -341,6 +341,9 @@ func TestSemaphoreAcquireEnds(t *testing.T) {
 	require.NoError(t, err)
 	p, err := sem.Acquire(ctxT(t, 5*time.Second))
 	require.NoError(t, err)
+	_, err = sem.TryAcquire(ctxT(t, 5*time.Second))
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), `semaphore "ends": each of its 1 permits is held or being taken through this Semaphore`)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err = sem.Acquire(ctx)

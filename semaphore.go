@@ -52,6 +52,7 @@ func (f semOptionFunc) applySemaphore(c *semConfig) error { return f(c) }
 type semConfig struct {
 	ttl     time.Duration
 	noFault bool // AllowNoFaultTolerance
+	perCall bool // the options of one acquisition
 }
 
 // WithPermitTTL sets the lease of a permit (default: the client's TTL), on
@@ -64,9 +65,16 @@ func WithPermitTTL(d time.Duration) SemaphoreOption {
 
 // AllowNoFaultTolerance lets Client.Semaphore build a semaphore over nodes
 // that tolerate no failure: one or two nodes, where a permit needs every node.
-// Without it, Semaphore refuses them (ErrInvalid).
+// Without it, Semaphore refuses them (ErrInvalid). Acquire and TryAcquire
+// refuse it (ErrInvalid): it applies to the semaphore.
 func AllowNoFaultTolerance() SemaphoreOption {
-	return semOptionFunc(func(c *semConfig) error { c.noFault = true; return nil })
+	return semOptionFunc(func(c *semConfig) error {
+		if c.perCall {
+			return invalid("AllowNoFaultTolerance applies to Client.Semaphore, not to one acquisition")
+		}
+		c.noFault = true
+		return nil
+	})
 }
 
 // Semaphore is a counting semaphore of a fixed number of permits over the
@@ -99,7 +107,7 @@ type Semaphore struct {
 	watched  chan struct{} // closed once watch has started (its subscriptions confirmed, or given up)
 }
 
-// Client.Semaphore returns the semaphore called name, of permits permits. It
+// Semaphore returns the semaphore called name, of permits permits. It
 // refuses (ErrInvalid) an empty name or one too long for its slots' resource
 // names, permits below 1 or above MaxPermits, a bad WithPermitTTL, and a
 // client of fewer than three nodes, which tolerates no failed node, unless
@@ -212,7 +220,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...SemaphoreOption) (*P
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	cfg, err := s.c.semConfig(semConfig{ttl: s.ttl}, opts)
+	cfg, err := s.c.semConfig(semConfig{ttl: s.ttl, perCall: true}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +246,7 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	cfg, err := s.c.semConfig(semConfig{ttl: s.ttl}, opts)
+	cfg, err := s.c.semConfig(semConfig{ttl: s.ttl, perCall: true}, opts)
 	if err != nil {
 		return nil, err
 	}

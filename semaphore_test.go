@@ -61,6 +61,9 @@ func TestSemaphoreInvalid(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.TryAcquire(context.Background(), redlock.WithPermitTTL(-time.Second))
 	require.ErrorIs(t, err, redlock.ErrInvalid)
+	_, err = s.Acquire(context.Background(), redlock.AllowNoFaultTolerance())
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+	assert.Contains(t, err.Error(), "AllowNoFaultTolerance applies to Client.Semaphore, not to one acquisition")
 	var nilCtx context.Context // a variable: staticcheck flags a literal nil
 	_, err = s.Acquire(nilCtx)
 	require.ErrorIs(t, err, redlock.ErrInvalid, "a nil context is an error, not a panic")

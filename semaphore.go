@@ -120,7 +120,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 		return nil, invalid("semaphore %q: %d permits: it must have 1 to %d", name, permits, MaxPermits)
 	}
 	if l := len(SemaphoreSlot(name, permits-1)); l > MaxResourceLen {
-		return nil, invalid("semaphore %q: name too long: its slots' resource names are %d bytes, above %d", name, l, MaxResourceLen)
+		return nil, invalid("semaphore name of %d bytes too long: its slots' resource names are %d bytes, above %d", len(name), l, MaxResourceLen)
 	}
 	cfg, err := c.semConfig(semConfig{ttl: c.cfg.ttl}, opts)
 	if err != nil {

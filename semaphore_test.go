@@ -42,7 +42,7 @@ func TestSemaphoreInvalid(t *testing.T) {
 		{"no permits", c3, "s", 0, nil, "0 permits"},
 		{"negative permits", c3, "s", -3, nil, "-3 permits"},
 		{"too many permits", c3, "s", redlock.MaxPermits + 1, nil, "1025 permits: it must have 1 to 1024"},
-		{"name too long", c3, strings.Repeat("x", redlock.MaxResourceLen), 2, nil, "name too long"},
+		{"name too long", c3, strings.Repeat("x", redlock.MaxResourceLen), 2, nil, "semaphore name of 1024 bytes too long: its slots' resource names are 1042 bytes, above 1024"},
 		{"ttl below 1ms", c3, "s", 2, []redlock.SemaphoreOption{redlock.WithPermitTTL(time.Microsecond)}, "at least 1ms"},
 		{"one node", c1, "s", 2, nil, "1 node(s) tolerate no failure: a permit needs 1 of 1 nodes"},
 		{"two nodes", c2, "s", 2, nil, "2 node(s) tolerate no failure: a permit needs 2 of 2 nodes"},

@@ -370,3 +370,60 @@ func TestSemaphoreAcquireEnds(t *testing.T) {
 	}
 	_ = p
 }
+
+// TestSemaphoreExpiredServeEveryWaiter: permits that expire (no release, so no
+// notification) are found by the waiters' resync, whichever waiter is first;
+// the permits they release then wake the others.
+func TestSemaphoreExpiredServeEveryWaiter(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	crashed, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer crashed.Close()
+	c, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := ctxT(t, 20*time.Second)
+	gone, err := crashed.Semaphore("expire-all", 2, redlock.WithPermitTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := gone.Acquire(ctx)
+		require.NoError(t, err)
+	}
+	sem, err := c.Semaphore("expire-all", 2, redlock.WithPermitTTL(5*time.Second))
+	require.NoError(t, err)
+	got := make(chan *redlock.Permit, 4)
+	for range 4 {
+		go func() {
+			p, err := sem.Acquire(ctx)
+			assert.NoError(t, err)
+			got <- p
+		}()
+	}
+	var first []*redlock.Permit
+	for range 2 {
+		select {
+		case p := <-got:
+			require.NotNil(t, p)
+			first = append(first, p)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the expired permits were not found")
+		}
+	}
+	select {
+	case <-got:
+		t.Fatal("a third permit of 2")
+	case <-time.After(200 * time.Millisecond):
+	}
+	for _, p := range first {
+		require.NoError(t, p.Release(ctx))
+	}
+	for range 2 {
+		select {
+		case p := <-got:
+			require.NotNil(t, p)
+			require.NoError(t, p.Release(ctx))
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter was not served after the releases")
+		}
+	}
+}

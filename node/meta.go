@@ -28,6 +28,10 @@ type Meta struct {
 	// Term is the holder's fencing token when it has one (a leader's term),
 	// and 0 otherwise.
 	Term uint64
+	// Rev orders the records of one holder: 0 when the lock was taken, one
+	// more for each later write (a leader's Proclaim). Of two records of one
+	// term, the one with the larger Rev is the newer.
+	Rev uint64
 	// Since is when the holder took the lock (millisecond precision).
 	Since time.Time
 	// Value is what the holder announces (a leader's value, WithMetadata).
@@ -35,23 +39,26 @@ type Meta struct {
 }
 
 // encode returns the record as writemeta.lua stores it after the owner's
-// digest: term, since (Unix ms), value, separated by newlines (the value
+// digest: term, rev, since (Unix ms), value, separated by newlines (the value
 // last: it may contain newlines).
 func (m Meta) encode() string {
-	return strconv.FormatUint(m.Term, 10) + "\n" + strconv.FormatInt(m.Since.UnixMilli(), 10) + "\n" + m.Value
+	return strconv.FormatUint(m.Term, 10) + "\n" + strconv.FormatUint(m.Rev, 10) + "\n" +
+		strconv.FormatInt(m.Since.UnixMilli(), 10) + "\n" + m.Value
 }
 
-// ParseMeta reads a record as ReadMeta's script returns it (term, since,
-// value).
+// ParseMeta reads a record as ReadMeta's script returns it (term, rev,
+// since, value).
 func ParseMeta(rec string) (Meta, error) {
 	term, rest, ok1 := strings.Cut(rec, "\n")
-	since, value, ok2 := strings.Cut(rest, "\n")
+	rev, rest, ok2 := strings.Cut(rest, "\n")
+	since, value, ok3 := strings.Cut(rest, "\n")
 	t, err1 := strconv.ParseUint(term, 10, 64)
-	s, err2 := strconv.ParseInt(since, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+	r, err2 := strconv.ParseUint(rev, 10, 64)
+	s, err3 := strconv.ParseInt(since, 10, 64)
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || err3 != nil {
 		return Meta{}, fmt.Errorf("%w: metadata record %.40q", ErrUnexpectedReply, rec)
 	}
-	return Meta{Term: t, Since: time.UnixMilli(s), Value: strings.Clone(value)}, nil
+	return Meta{Term: t, Rev: r, Since: time.UnixMilli(s), Value: strings.Clone(value)}, nil
 }
 
 // ParseStoredMeta reads the value of a metadata key as stored (the owner's

@@ -3,7 +3,7 @@
 -- writer's token. It never creates nor changes the lock key: not a grant.
 -- KEYS[1] lock key, KEYS[2] metadata key (lock key .. ':meta', same hash slot)
 -- ARGV[1] owner token, ARGV[2] TTL in milliseconds (the lock's: extend.lua
--- renews both), ARGV[3] the record (term, since, value: node.Meta)
+-- renews both), ARGV[3] the record (term, rev, since, value: node.Meta)
 -- The stored value starts with the SHA-1 of the owner token (40 hex digits),
 -- never the token itself: readmeta.lua returns the record only while the lock
 -- key still holds the token it was written for, so a released or lapsed

@@ -13,7 +13,7 @@ import (
 // renewed by Extend, announced on node.MetaKey's channel, and never a grant.
 func (s *suite) meta(t *testing.T, n node.Node, k keys) {
 	a, b := token(), token()
-	m := node.Meta{Term: 7, Since: time.UnixMilli(time.Now().UnixMilli()), Value: "leader a\nline 2"}
+	m := node.Meta{Term: 7, Rev: 3, Since: time.UnixMilli(time.Now().UnixMilli()), Value: "leader a\nline 2"}
 	ok, err := n.WriteMeta(ctx(t), k.lock, a, m, time.Minute)
 	must(t, "WriteMeta without the lock", ok, err, false)
 	if !acquire(t, n, k, b, time.Minute).OK {
@@ -47,7 +47,7 @@ func (s *suite) meta(t *testing.T, n node.Node, k keys) {
 	}
 	time.Sleep(800 * time.Millisecond) // past the metadata's first TTL
 	got, found, err := n.ReadMeta(ctx(t), k.lock)
-	if err != nil || !found || got.Term != m.Term || !got.Since.Equal(m.Since) || got.Value != m.Value {
+	if err != nil || !found || got.Term != m.Term || got.Rev != m.Rev || !got.Since.Equal(m.Since) || got.Value != m.Value {
 		t.Fatalf("ReadMeta after Extend, past the first TTL = %+v, %v, %v; want %+v (Extend must renew the metadata)", got, found, err, m)
 	}
 	ok, err = n.Release(ctx(t), k.lock, a, false)

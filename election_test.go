@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/redlock-go/redlock"
 	"github.com/redlock-go/redlock/redistest"
@@ -80,7 +81,7 @@ func TestCampaignResignHandsOver(t *testing.T) {
 // last renewal's start, which is earlier than the nodes' expiry).
 func TestLeadershipContextEndsBeforeLease(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	const ttl = time.Second
+	const ttl = 2 * time.Second // the context ends TTL/10 before the validity
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close()
@@ -192,6 +193,7 @@ func awaitRecordOn(t *testing.T, s *redistest.Server, key string) {
 func TestObserveSeesEachChange(t *testing.T) {
 	defer redlock.SetObserveResync(time.Hour)()
 	servers := redistest.StartN(t, 3)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // Observe's goroutines end with Close
 	var reads sync.Map // op "leader" replies per node
 	count := func() int {
 		n := 0
@@ -217,7 +219,9 @@ func TestObserveSeesEachChange(t *testing.T) {
 	defer b.Close()
 	ctx := ctxT(t, 30*time.Second)
 
-	seen, err := watcher.Observe(ctx, "svc")
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	seen, err := watcher.Observe(octx, "svc")
 	require.NoError(t, err)
 	next := func() redlock.LeaderInfo {
 		t.Helper()
@@ -266,6 +270,10 @@ func TestObserveSeesEachChange(t *testing.T) {
 	assert.True(t, li.Vacant(), "the last leader resigned: %+v", li)
 	assert.Positive(t, count())
 	assert.Less(t, count(), 200, "reads on notifications only, not polling")
+
+	stopObserving()
+	for range seen { // closed once its context ended
+	}
 }
 
 // The holder metadata of a plain lock: Leader reads it (with the token as

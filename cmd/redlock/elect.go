@@ -242,7 +242,11 @@ func (r *runner) campaign(sigs <-chan os.Signal, value string) (*redlock.Leaders
 		return nil, exitConfig
 	}
 	code, reason := r.notAcquired(err)
-	r.errorf("not elected to %q within %v: %s", r.name, r.o.wait, reason)
+	if r.o.wait > 0 {
+		r.errorf("not elected to %q within %v: %s", r.name, r.o.wait, reason)
+	} else {
+		r.errorf("not elected to %q: %s", r.name, reason)
+	}
 	return nil, code
 }
 

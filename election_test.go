@@ -194,7 +194,7 @@ func TestObserveSeesEachChange(t *testing.T) {
 	defer redlock.SetObserveResync(time.Hour)()
 	servers := redistest.StartN(t, 3)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // Observe's goroutines end with Close
-	var reads sync.Map // op "leader" replies per node
+	var reads sync.Map                                 // op "leader" replies per node
 	count := func() int {
 		n := 0
 		reads.Range(func(_, v any) bool { n += v.(int); return true })

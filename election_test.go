@@ -372,3 +372,41 @@ func TestElectionMinimalACL(t *testing.T) {
 	require.NoError(t, ld.Resign(ctx))
 	assert.True(t, (<-seen).Vacant())
 }
+
+// Terms are fence counters: when a majority of the nodes lost them (emptied,
+// as by restarts without persistence: docs/safety.md P5), no term can be
+// trusted to be above the last leader's, and Campaign refuses at once
+// (ErrLockLost, op fence) instead of electing anyone: an expected refusal,
+// until an operator restores the counters (docs/fencing.md §6).
+func TestCampaignRefusesAfterCountersLost(t *testing.T) {
+	c, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	ld, err := c.Campaign(ctx, "svc", "first")
+	require.NoError(t, err)
+	require.NoError(t, ld.Resign(ctx))
+	for _, s := range servers[:2] {
+		_, err := s.Do("FLUSHALL")
+		require.NoError(t, err)
+	}
+	_, err = c.Campaign(ctx, "svc", "second")
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, "fence", qe.Op)
+	require.NoError(t, ctx.Err(), "refused at once, not retried until the context ended")
+	_, err = c.Leader(ctx, "svc")
+	assert.ErrorIs(t, err, redlock.ErrNoLeader, "nobody elected")
+
+	// Restored (docs/fencing.md §6: the surviving counter set on every node),
+	// the next leader's term is above the first's.
+	fence, err := servers[2].Do("GET", redlock.FenceKey(redlock.DefaultKeyPrefix, "svc"))
+	require.NoError(t, err)
+	for _, s := range servers[:2] {
+		_, err := s.Do("SET", redlock.FenceKey(redlock.DefaultKeyPrefix, "svc"), fence)
+		require.NoError(t, err)
+	}
+	next, err := c.Campaign(ctx, "svc", "second")
+	require.NoError(t, err)
+	defer next.Resign(context.Background())
+	assert.Greater(t, next.Term(), ld.Term())
+}

@@ -272,7 +272,7 @@ func TestObserveSeesEachChange(t *testing.T) {
 // The holder metadata of a plain lock: Leader reads it (with the token as
 // its term when fenced), only while the lock is held.
 func TestWithMetadata(t *testing.T) {
-	c, _ := cluster(t, 3)
+	c, servers := cluster(t, 3)
 	ctx := ctxT(t, 10*time.Second)
 	_, err := c.Leader(ctx, "job")
 	require.ErrorIs(t, err, redlock.ErrNoLeader)
@@ -285,6 +285,13 @@ func TestWithMetadata(t *testing.T) {
 	assert.Zero(t, info.Term, "not fenced")
 	assert.WithinDuration(t, time.Now(), info.Since, 5*time.Second)
 	require.NoError(t, l.Release(ctx))
+	// Release returns at a majority: the last node's delete may land later,
+	// and until then its record is the holder's (a leftover on one node).
+	key := redlock.LockKey(redlock.DefaultKeyPrefix, "job")
+	for _, s := range servers {
+		require.Eventually(t, func() bool { return len(s.Keys(key)) == 0 }, 5*time.Second, 5*time.Millisecond)
+		assert.Len(t, s.Keys(key+":meta"), 1, "the record stays, until its TTL")
+	}
 	_, err = c.Leader(ctx, "job")
 	require.ErrorIs(t, err, redlock.ErrNoLeader, "a released holder's record is not read")
 

@@ -52,7 +52,7 @@ type Leadership struct {
 // Context ends before the lease can lapse. ctx bounds the campaign only:
 // the leadership outlives it.
 //
-// opts are those of Do: lock options (WithTTL, …) and hold options
+// opts are those of Do: lock options (WithLockTTL, …) and hold options
 // (WithRenewEvery, WithSafetyMargin; WithMaxHold bounds the leadership,
 // unbounded by default). WithMetadata is refused: value is the record.
 //

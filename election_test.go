@@ -2,7 +2,9 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -416,4 +418,53 @@ func TestCampaignRefusesAfterCountersLost(t *testing.T) {
 	require.NoError(t, err)
 	defer next.Resign(context.Background())
 	assert.Greater(t, next.Term(), ld.Term())
+}
+
+// Many candidates over several clients, in both modes: one leader at a time,
+// and each leader's term is above every earlier leader's.
+func TestCampaignManyCandidates(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			servers := redistest.StartN(t, 3)
+			var opts []redlock.Option
+			if fair {
+				opts = append(opts, redlock.WithFair())
+			}
+			ctx := ctxT(t, 60*time.Second)
+			var (
+				inside occupancy
+				mu     sync.Mutex
+				terms  []uint64 // in the order the leaders took over
+				wg     sync.WaitGroup
+			)
+			for i := range 4 {
+				c, err := redlock.Dial(redistest.URLs(servers), opts...)
+				require.NoError(t, err)
+				defer c.Close()
+				for j := range 2 {
+					wg.Go(func() {
+						for k := range 3 {
+							ld, err := c.Campaign(ctx, "many", fmt.Sprintf("c%d/%d round %d", i, j, k))
+							if !assert.NoError(t, err) {
+								return
+							}
+							inside.enter()
+							mu.Lock()
+							terms = append(terms, ld.Term())
+							mu.Unlock()
+							assert.NoError(t, ld.Proclaim(ctx, "working"))
+							inside.leave()
+							assert.NoError(t, ld.Resign(ctx))
+						}
+					})
+				}
+			}
+			wg.Wait()
+			assert.Equal(t, int64(1), inside.most.Load(), "two leaders at once")
+			assert.Len(t, terms, 24)
+			for i := 1; i < len(terms); i++ {
+				assert.Greater(t, terms[i], terms[i-1], "terms in the order of the leaders: %v", terms)
+			}
+		})
+	}
 }

@@ -122,7 +122,9 @@ func (e *NodeError) Unwrap() error { return e.Err }
 type QuorumError struct {
 	// Op is the operation that failed: "acquire" (Lock, TryLock, Do, LockMulti,
 	// DoMulti), "extend" (Extend, and the renewals of Do and Keep), "release"
-	// (Release) or "fence" (Fence, and WithFence's write-back of the token).
+	// (Release), "fence" (Fence, and WithFence's write-back of the token),
+	// "metadata" (WithMetadata, Campaign's record, Proclaim) or "leader"
+	// (Leader, Observe's reads).
 	Op string
 	// Resource is the resource the lock protects.
 	Resource string

@@ -65,7 +65,8 @@ type AcquireEvent struct {
 
 // NodeReplyEvent describes one node's answer.
 type NodeReplyEvent struct {
-	// Node is the node's name; Op one of "acquire", "extend", "release", "fence".
+	// Node is the node's name; Op one of "acquire", "extend", "release", "fence",
+	// "metadata", "leader" (QuorumError.Op).
 	Node, Op string
 	// OK is true when the node agreed.
 	OK      bool

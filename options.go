@@ -118,6 +118,7 @@ type lockConfig struct {
 	attempts *int   // counts attempts for hooks, when set
 	waiter   *place // the place in the nodes' waiters' queues (WithFair)
 	fence    bool
+	meta     *string // WithMetadata, or a leader's value (meta.go): written right after the grant
 	ttl      time.Duration
 	retryMin time.Duration
 	retryMax time.Duration

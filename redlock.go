@@ -485,6 +485,12 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 			return nil, err
 		}
 	}
+	if lc.meta != nil { // holder metadata (meta.go), after the term it carries
+		if err := l.announce(ctx, *lc.meta); err != nil {
+			l.abandon()
+			return nil, err
+		}
+	}
 	return l, nil
 }
 

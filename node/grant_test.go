@@ -164,6 +164,14 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 		_, err := n.Extend(ctx, k, "t", time.Second)
 		return err
 	},
+	func(ctx context.Context, n *node.Redis, k string) error { // holder metadata (meta.go)
+		_, err := n.WriteMeta(ctx, k, "t", node.Meta{Term: 1, Since: time.Now(), Value: "v"}, time.Second)
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, _, err := n.ReadMeta(ctx, k)
+		return err
+	},
 	func(ctx context.Context, n *node.Redis, k string) error {
 		_, err := n.WriteFence(ctx, k, k+":fence", "t", 1)
 		return err

@@ -36,7 +36,7 @@ type Node interface {
 	// With notify, waiters watching key are told that it is free (see Watcher).
 	Release(ctx context.Context, key, token string, notify bool) (bool, error)
 	// Extend resets key's TTL if key still holds token, and reports whether it did.
-	// It never creates key.
+	// It never creates key. It resets MetaKey(key)'s TTL too (WriteMeta).
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error)
 	// WriteFence raises the counter at fenceKey to at least fence, only if key
 	// still holds token, and reports whether key held token.
@@ -52,6 +52,17 @@ type Node interface {
 	// not, whether key held token (the counter was created). It writes back the
 	// first token of a resource.
 	CreateFence(ctx context.Context, key, fenceKey, token string, fence uint64) (held, existed bool, err error)
+	// --- holder metadata (meta.go; issue 27: leader election, WithMetadata) ---
+	// WriteMeta stores m at MetaKey(key), expiring after ttl, only if key
+	// holds token, and reports whether it did; it publishes the change on
+	// MetaKey(key)'s channel. It never creates or changes key. Extend renews
+	// the metadata with the lock.
+	WriteMeta(ctx context.Context, key, token string, m Meta, ttl time.Duration) (bool, error)
+	// ReadMeta returns the metadata stored beside key, if it was written by
+	// key's current holder (ok false otherwise: no holder, a holder without
+	// metadata, or a leftover of an earlier holder).
+	ReadMeta(ctx context.Context, key string) (m Meta, ok bool, err error)
+	// --- end holder metadata ---
 	Queuer
 	Watcher
 	// Ping checks that the node answers, within ctx and the node's timeout
@@ -265,7 +276,7 @@ var createFenceSrc string
 var (
 	acquireScript = newGrantScript("acquire", 2, 1, acquireSrc)
 	releaseScript = newScript("release", 1, 1, releaseSrc)
-	extendScript  = newScript("extend", 1, 1, extendSrc)
+	extendScript  = newScript("extend", 2, 1, extendSrc) // KEYS[2]: the metadata (meta.go), renewed with the lock
 	fenceScript   = newScript("writefence", 2, 1, writeFenceSrc)
 	raiseScript   = newScript("raisefence", 1, 0, raiseFenceSrc)
 	createScript  = newScript("createfence", 2, 1, createFenceSrc)

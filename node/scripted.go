@@ -105,9 +105,10 @@ func ReleaseCall(key, token string, notify bool) Call {
 	return Call{ReleaseScript, b.keys[:], b.args[:]}
 }
 
-// ExtendCall is Extend's call.
+// ExtendCall is Extend's call: KEYS lock, its metadata key (MetaKey),
+// renewed with it.
 func ExtendCall(key, token string, ttl time.Duration) Call {
-	b := &callBuf1x2{[1]string{key}, [2]any{token, msArg(ttl)}}
+	b := &callBuf2x2{[2]string{key, MetaKey(key)}, [2]any{token, msArg(ttl)}}
 	return Call{ExtendScript, b.keys[:], b.args[:]}
 }
 

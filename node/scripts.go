@@ -58,7 +58,8 @@ var (
 	// ReleaseScript: KEYS lock; ARGV token, "1" to notify waiters or "0".
 	// Reply 1 when deleted.
 	ReleaseScript = Script{releaseScript}
-	// ExtendScript: KEYS lock; ARGV token, TTL ms. Reply 1 when extended.
+	// ExtendScript: KEYS lock, metadata (MetaKey: renewed with the lock);
+	// ARGV token, TTL ms. Reply 1 when extended.
 	ExtendScript = Script{extendScript}
 	// WriteFenceScript: KEYS lock, fence; ARGV token, fence. Reply 1 when the
 	// lock was held.

@@ -99,6 +99,7 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"RaiseFenceNeverCreates", s.raiseFence},
 		{"CreateFenceOnlyWithoutCounterForHolder", s.createFence},
 		{"Watch", s.watch},
+		{"HolderMetadata", s.meta}, // meta.go
 		{"FairQueue", s.fairQueue},
 		{"TicketBound", s.ticketBound},
 		{"Ping", s.ping},

@@ -3,6 +3,7 @@
 //
 //	redlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lock NAME
 //	redlock status [flags] NAME                     show the lock NAME on every node
+//	redlock elect [flags] NAME -- COMMAND [ARGS...] run COMMAND while leading the election NAME
 //	redlock demo [--nodes N]                        run a demonstration on in-process Redis nodes
 //
 // See docs/cli.md for the exit codes, the environment and examples.
@@ -26,6 +27,7 @@ const usage = `redlock: distributed locks over independent Redis nodes
 Usage:
   redlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lock NAME
   redlock status [flags] NAME                     show the lock NAME on every node
+  redlock elect [flags] NAME -- COMMAND [ARGS...] run COMMAND while leading the election NAME
   redlock demo [--nodes N]                        run a demonstration on embedded in-process Redis nodes
 
 The nodes are independent Redis instances, given with --nodes or REDLOCK_NODES as
@@ -80,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(args[1:], stdout, stderr)
+	case "elect": // elect.go
+		return electCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "redlock: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -230,6 +230,16 @@ type runner struct {
 
 	mu          sync.Mutex
 	lastRenewal error // the last failed renewal since the last good one
+
+	elect bool // redlock elect (elect.go): the lock is a leadership
+}
+
+// subject names what is held in messages: the lock, or the leadership.
+func (r *runner) subject() string {
+	if r.elect {
+		return fmt.Sprintf("leadership of %q", r.name)
+	}
+	return fmt.Sprintf("lock %q", r.name)
 }
 
 func (r *runner) errorf(format string, args ...any) {
@@ -253,25 +263,12 @@ func (r *runner) run() int {
 		return code
 	}
 
-	foreground := inForeground(os.Stdin)
-	r.cmd.SysProcAttr = childAttr(!foreground)
-	r.cmd.Stdin = os.Stdin
-	r.cmd.Stdout = r.stdout
-	r.cmd.Stderr = r.stderr
-	r.cmd.Env = append(childEnv(os.Environ()), envFence+"="+strconv.FormatUint(tok, 10)) // no secrets
-	// When the output goes through pipes (not files), do not wait forever for
-	// processes that COMMAND left behind and that hold them open.
-	r.cmd.WaitDelay = time.Second
-	if err := r.cmd.Start(); err != nil {
+	foreground, code := r.start(envFence + "=" + strconv.FormatUint(tok, 10))
+	if code != 0 {
 		r.release(l)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
-			r.errorf("%s: command not found", r.cmd.Args[0])
-			return exitNotFound
-		}
-		r.errorf("%s: %v", r.cmd.Args[0], unwrapExec(err))
-		return exitCannotStart
+		return code
 	}
-	status, lost := r.supervise(l, sigs, !foreground)
+	status, lost := r.supervise(func(ctx context.Context) error { return r.keep(ctx, l) }, sigs, !foreground)
 
 	if relErr := r.release(l); relErr != nil && !lost {
 		if errors.Is(relErr, redlock.ErrLockLost) {
@@ -290,6 +287,30 @@ func (r *runner) run() int {
 		return exitLost
 	}
 	return status
+}
+
+// start starts COMMAND with redlock's environment (no secrets) and env. It
+// returns whether COMMAND runs in the terminal's foreground, or the exit
+// status when it could not be started.
+func (r *runner) start(env ...string) (foreground bool, code int) {
+	foreground = inForeground(os.Stdin)
+	r.cmd.SysProcAttr = childAttr(!foreground)
+	r.cmd.Stdin = os.Stdin
+	r.cmd.Stdout = r.stdout
+	r.cmd.Stderr = r.stderr
+	r.cmd.Env = append(childEnv(os.Environ()), env...) // no secrets
+	// When the output goes through pipes (not files), do not wait forever for
+	// processes that COMMAND left behind and that hold them open.
+	r.cmd.WaitDelay = time.Second
+	if err := r.cmd.Start(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+			r.errorf("%s: command not found", r.cmd.Args[0])
+			return foreground, exitNotFound
+		}
+		r.errorf("%s: %v", r.cmd.Args[0], unwrapExec(err))
+		return foreground, exitCannotStart
+	}
+	return foreground, 0
 }
 
 // acquire takes the lock, with its fencing token. It returns nil and the exit
@@ -415,10 +436,11 @@ func notAcquiredStatus(n, need, refused int, errs []*redlock.NodeError) int {
 	return exitUnavailable
 }
 
-// supervise waits for COMMAND while keeping the lock, passes signals on, and
+// supervise waits for COMMAND while keeping the lock (keep: until its
+// context ends, or the lock is lost: the error), passes signals on, and
 // stops COMMAND if the lock is lost. It returns COMMAND's exit status and
 // whether the lock was lost.
-func (r *runner) supervise(l *redlock.Lock, sigs <-chan os.Signal, group bool) (status int, lost bool) {
+func (r *runner) supervise(keep func(context.Context) error, sigs <-chan os.Signal, group bool) (status int, lost bool) {
 	p := r.cmd.Process
 	exited := make(chan error, 1)
 	go func() { exited <- r.cmd.Wait() }()
@@ -428,7 +450,7 @@ func (r *runner) supervise(l *redlock.Lock, sigs <-chan os.Signal, group bool) (
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		if err := r.keep(kctx, l); err != nil {
+		if err := keep(kctx); err != nil {
 			lostc <- err
 		}
 	}()
@@ -449,12 +471,12 @@ wait:
 		case err := <-lostc:
 			lost = true
 			if r.o.grace > 0 {
-				r.errorf("lock %q lost, stopping %s (SIGTERM, then SIGKILL after %v): %s", r.name, r.cmd.Args[0], r.o.grace, r.lostReason(err))
+				r.errorf("%s lost, stopping %s (SIGTERM, then SIGKILL after %v): %s", r.subject(), r.cmd.Args[0], r.o.grace, r.lostReason(err))
 				_ = signalChild(p, group, syscall.SIGTERM)
 				killTimer = time.NewTimer(r.o.grace)
 				kill = killTimer.C
 			} else {
-				r.errorf("lock %q lost, killing %s (SIGKILL): %s", r.name, r.cmd.Args[0], r.lostReason(err))
+				r.errorf("%s lost, killing %s (SIGKILL): %s", r.subject(), r.cmd.Args[0], r.lostReason(err))
 				_ = signalChild(p, group, os.Kill)
 			}
 		case <-kill:
@@ -472,7 +494,7 @@ wait:
 		select {
 		case err := <-lostc: // lost just as COMMAND exited
 			lost = true
-			r.errorf("lock %q lost: %s", r.name, r.lostReason(err))
+			r.errorf("%s lost: %s", r.subject(), r.lostReason(err))
 		default:
 		}
 	}

@@ -24,7 +24,10 @@ Shows, for every node, its health state as the library reports it (ok,
 failing:KIND with the kind of error, quarantined:LEFT with --restart-quarantine),
 whether the lock NAME is held, the time left on its lease (Redis PTTL), a digest
 of the holder's token (never the token itself), and the node's fencing counter;
-then on how many nodes one holder has it, against the majority a holder needs.
+then on how many nodes one holder has it, against the majority a holder needs,
+and the holder's metadata if it stored any: an election's leader (redlock elect,
+Client.Campaign) with its value, term and since when, or the value of a lock
+taken with WithMetadata.
 Nodes that do not answer within --timeout are listed with the error. It only
 reads: it never takes, extends or releases the lock.
 
@@ -55,7 +58,8 @@ type nodeStatus struct {
 	holder   string // digest of the token
 	fence    uint64
 	hasFence bool
-	info     string // INFO server, to tell two addresses of one instance
+	info     string     // INFO server, to tell two addresses of one instance
+	meta     *node.Meta // the holder's metadata (WithMetadata, a leader's record), if the holder wrote one
 	// quarantine is the restart quarantine the node is in (--restart-quarantine)
 	quarantine *node.QuarantineError
 }
@@ -154,14 +158,15 @@ func readStatuses(ns *nodeSet, key, fenceKey string, timeout time.Duration) []no
 // statusSummary is what the nodes that answered say together.
 type statusSummary struct {
 	answered int
-	holders  map[string]int // holder digest -> nodes holding for it
+	holders  map[string]int       // holder digest -> nodes holding for it
+	metas    map[string]node.Meta // holder digest -> its newest metadata record
 	maxFence uint64
 	anyFence bool
 }
 
 // printStatuses writes one table row per node and sums up the answers.
 func printStatuses(w io.Writer, ns *nodeSet, statuses []nodeStatus, timeout time.Duration) statusSummary {
-	sum := statusSummary{holders: map[string]int{}}
+	sum := statusSummary{holders: map[string]int{}, metas: map[string]node.Meta{}}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tHELD\tTTL\tHOLDER\tFENCE")
 	for _, s := range statuses {
@@ -174,6 +179,9 @@ func printStatuses(w io.Writer, ns *nodeSet, statuses []nodeStatus, timeout time
 		if s.held {
 			held, holder = "yes", s.holder
 			sum.holders[s.holder]++
+			if m, ok := sum.metas[s.holder]; s.meta != nil && (!ok || s.meta.Term > m.Term || s.meta.Term == m.Term && s.meta.Rev > m.Rev) {
+				sum.metas[s.holder] = *s.meta
+			}
 			ttl = "no expiry"
 			if s.pttl >= 0 {
 				ttl = (time.Duration(s.pttl) * time.Millisecond).String()
@@ -207,6 +215,9 @@ func (sum statusSummary) print(w io.Writer, n, m int) {
 		if len(sum.holders) > 1 {
 			fmt.Fprintf(w, "holders: %s\n", holderList(sum.holders))
 		}
+		if m, ok := sum.metas[top]; ok && k > 0 {
+			printMeta(w, top, m)
+		}
 	}
 	if sum.anyFence {
 		fmt.Fprintf(w, "fencing counter: %d (highest of the nodes that answered)\n", sum.maxFence)
@@ -215,8 +226,19 @@ func (sum statusSummary) print(w io.Writer, n, m int) {
 	}
 }
 
-// readStatus reads the lock key, its PTTL and the fence counter from one node,
-// in one transaction.
+// printMeta writes the metadata of holder: WithMetadata's value, or an
+// election's leader's value and term (its fencing token), and since when.
+func printMeta(w io.Writer, holder string, m node.Meta) {
+	term := ""
+	if m.Term > 0 {
+		term = fmt.Sprintf(", term %d", m.Term)
+	}
+	fmt.Fprintf(w, "metadata of holder %s: %q%s, since %s (%v ago)\n", holder, m.Value, term,
+		m.Since.UTC().Format(time.RFC3339Nano), time.Since(m.Since).Round(time.Second))
+}
+
+// readStatus reads the lock key, its PTTL, the fence counter and the
+// holder's metadata from one node, in one transaction.
 func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey string, timeout time.Duration) nodeStatus {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -225,7 +247,7 @@ func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey st
 		return nodeStatus{err: err}
 	}
 	defer c.Close()
-	for _, args := range [][]any{{"MULTI"}, {"GET", key}, {"PTTL", key}, {"GET", fenceKey}} {
+	for _, args := range [][]any{{"MULTI"}, {"GET", key}, {"PTTL", key}, {"GET", fenceKey}, {"GET", node.MetaKey(key)}} {
 		if err := c.Send(args[0].(string), args[1:]...); err != nil {
 			return nodeStatus{err: err}
 		}
@@ -234,7 +256,7 @@ func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey st
 	if err != nil {
 		return nodeStatus{err: err}
 	}
-	if len(vals) != 3 {
+	if len(vals) != 4 {
 		return nodeStatus{err: fmt.Errorf("unexpected reply %v", vals)}
 	}
 	var s nodeStatus
@@ -248,6 +270,11 @@ func readStatus(dial func(context.Context) (redis.Conn, error), key, fenceKey st
 		s.held, s.holder = true, redlock.Digest(token)
 		if s.pttl, err = redis.Int64(vals[1], nil); err != nil {
 			return nodeStatus{err: fmt.Errorf("PTTL %s: %w", key, err)}
+		}
+		if stored, err := redis.String(vals[3], nil); err == nil { // the holder's metadata, if it is this holder's
+			if m, ok, _ := node.ParseStoredMeta(stored, token); ok {
+				s.meta = &m
+			}
 		}
 	}
 	f, err := redis.String(vals[2], nil)

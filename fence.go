@@ -13,6 +13,7 @@ import (
 
 var (
 	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (nodes without it, wiped or never written, are not trusted until repaired; if fewer than a majority of the nodes have one, an operator must restore the counters: docs/fencing.md §6)")
+	errCounterNotHeld   = errors.New("fence counter missing on nodes that granted the lock, while a majority of the nodes have one: too few of the nodes that granted are trusted (another grant can fence; a grant that holds the nodes without it repairs them)")
 	errCounterExhausted = errors.New("fence counter at its maximum")
 	errLeaseOver        = errors.New("the lease ran out before the token was written back: nothing sent")
 	errCounterFound     = errors.New("fence counter found at write-back on a node after the acquisition saw none anywhere (the resource was fenced meanwhile, or a node lost its counter): the first token is not taken")
@@ -117,7 +118,11 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
 	}
 	if len(eligible) < quorum.Majority(len(c.nodes)) {
-		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, errCounterMissing)
+		cause := errCounterMissing
+		if countersOnMajority(l.acquire.Replies()) {
+			cause = errCounterNotHeld // this grant cannot fence, another can
+		}
+		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, cause)
 	}
 	return token, eligible, suspect, fresh, nil
 }
@@ -274,6 +279,18 @@ func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, e
 		}
 	}
 	return token, eligible, suspect, !present, present && len(eligible) >= quorum.Majority(len(replies))
+}
+
+// countersOnMajority reports whether a majority of all the nodes answered the
+// acquisition (granted or refused) with a counter.
+func countersOnMajority(replies []quorum.Reply[node.Acquired]) bool {
+	n := 0
+	for _, r := range replies {
+		if r.Done && r.Err == nil && r.Value.HasFence {
+			n++
+		}
+	}
+	return n >= quorum.Majority(len(replies))
 }
 
 func anyCounter(replies []quorum.Reply[node.Acquired]) bool {

@@ -40,6 +40,10 @@ type Lock struct {
 	fence   uint64     // 0 until Fence succeeded
 
 	split splitWatch // the acquisition's (try)
+
+	// keepPlace: given back by its own Lock call, which tries again (set
+	// before the undo of its grants starts: abandonAndWait).
+	keepPlace bool
 }
 
 // releaseOps is Release's round (roundOps): the release of l on a node,
@@ -134,6 +138,13 @@ func (l *Lock) observe(_ int, a node.Acquired, err error) (node.Acquired, bool, 
 // mode the released holder's waiter leaves that node's queue too, while a
 // failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
+	if l.keepPlace {
+		// Given back by its own Lock call, which goes on waiting: the lock is
+		// free, its waiter keeps its place (a release with the waiter marks it
+		// gone, and the node would refuse its next attempts).
+		l.c.releaseDetached(i, l.key, l.token, "", true)
+		return
+	}
 	if l.isReleased() {
 		l.c.releaseDetached(i, l.key, l.token, l.waiter, true)
 		return
@@ -338,6 +349,13 @@ func (l *Lock) markReleased() bool {
 	l.released = true
 	l.notifyLocked()
 	return true
+}
+
+// abandonAndWait is abandon for a grant that its Lock call gives back to try
+// again: its waiter keeps its place in the queues.
+func (l *Lock) abandonAndWait() {
+	l.keepPlace = true
+	l.abandon()
 }
 
 // abandon releases a lock that is being handed back before the caller saw it.

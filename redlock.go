@@ -481,6 +481,12 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
 	if lc.fence {
 		if _, err := l.fenceEntered(ctx); err != nil {
+			if errors.Is(err, errCounterNotHeld) {
+				// Like a refusal: Lock tries again (a grant on the nodes that
+				// have the counter fences, and repairs those it holds without).
+				l.abandonAndWait()
+				return nil, c.failed("acquire", resource, ErrNotAcquired, errCounterNotHeld)
+			}
 			l.abandon()
 			return nil, err
 		}

@@ -1,0 +1,57 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// TestFenceCounterNotHeldRetries: n0 and n1 have the fence counter, n2 has
+// none (it missed the first fenced grant, held by a contender then: a CI run
+// of TestCampaignManyCandidates met it every time); n1 is held by someone
+// else, so a grant is n0 and n2, of which only n0 is trusted. Such a grant
+// cannot fence, another can: TryLock(WithFence) is not acquired (not a lost
+// lock), and Lock(WithFence) tries again until it holds n0 and n1, and
+// fences 6.
+func TestFenceCounterNotHeldRetries(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	lockKey := redlock.LockKey(redlock.DefaultKeyPrefix, "res")
+	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
+	for _, s := range servers[:2] {
+		_, err := s.Do("SET", fenceKey, "5")
+		require.NoError(t, err)
+	}
+	_, err := servers[1].Do("SET", lockKey, "someone-else", "PX", 500)
+	require.NoError(t, err)
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(2*time.Second))
+	require.NoError(t, err)
+	defer c.Close()
+
+	_, err = c.TryLock(ctx, "res", redlock.WithFence())
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.NotErrorIs(t, err, redlock.ErrLockLost)
+	require.ErrorContains(t, err, "another grant can fence")
+	for i, s := range []*redistest.Server{servers[0], servers[2]} {
+		require.Eventually(t, func() bool {
+			n, err := redis.Int(s.Do("EXISTS", lockKey))
+			return err == nil && n == 0
+		}, 5*time.Second, time.Millisecond, "the grant that could not fence is released (node %d)", 2*i)
+	}
+
+	l, err := c.Lock(ctx, "res", redlock.WithFence())
+	require.NoError(t, err)
+	tok, err := l.Fence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), tok)
+	require.NoError(t, l.Release(context.Background()))
+	got := counters(t, servers, fenceKey)
+	require.Equal(t, []string{"6", "6"}, got[:2])
+	require.Contains(t, []string{"none", "6"}, got[2], "n2 is repaired only if its grant was in the plan")
+}

@@ -1,0 +1,450 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// rwHistory checks a read-write lock's history as its holders enter and
+// leave: never a reader while a writer holds, never two writers.
+type rwHistory struct {
+	mu               sync.Mutex
+	readers, writers int
+	mostReaders      int
+	reads, writes    int
+	violations       []string
+	fences           []uint64 // the writers' fencing tokens, in the order they entered
+}
+
+func (h *rwHistory) enterRead() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.writers > 0 {
+		h.violations = append(h.violations, fmt.Sprintf("a reader entered while %d writer(s) held", h.writers))
+	}
+	h.readers++
+	h.reads++
+	h.mostReaders = max(h.mostReaders, h.readers)
+}
+
+func (h *rwHistory) leaveRead() {
+	h.mu.Lock()
+	h.readers--
+	h.mu.Unlock()
+}
+
+func (h *rwHistory) enterWrite(fence uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.writers > 0 || h.readers > 0 {
+		h.violations = append(h.violations, fmt.Sprintf("a writer entered while %d writer(s) and %d reader(s) held", h.writers, h.readers))
+	}
+	h.writers++
+	h.writes++
+	if fence != 0 {
+		h.fences = append(h.fences, fence)
+	}
+}
+
+func (h *rwHistory) leaveWrite() {
+	h.mu.Lock()
+	h.writers--
+	h.mu.Unlock()
+}
+
+// seedFence fences a first, uncontended write lock of resource, so that
+// every node has the resource's fence counter before writers contend: a
+// first fenced grant under contention may leave a node that refused it
+// without a counter, and a later grant by that node and a bare majority is
+// then refused its token until the node is repaired (docs/fencing.md §6),
+// for Lock as for WLock.
+func seedFence(t *testing.T, c *redlock.Client, servers []*redistest.Server, resource string) {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	w, err := c.WLock(ctx, resource, redlock.WithFence())
+	require.NoError(t, err)
+	require.NoError(t, w.Release(ctx))
+	for i, s := range servers {
+		_, err := redis.Uint64(s.Do("GET", redlock.FenceKey(redlock.DefaultKeyPrefix, resource)))
+		require.NoError(t, err, "node %d has no fence counter after an uncontended fenced grant", i)
+	}
+}
+
+func TestRWReadersShare(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			c, _ := cluster(t, n)
+			ctx := ctxT(t, 10*time.Second)
+			var readers []*redlock.ReadLock
+			for range 8 {
+				r, err := c.RLock(ctx, "shared")
+				require.NoError(t, err)
+				assert.True(t, time.Now().Before(r.Until()))
+				readers = append(readers, r)
+			}
+			_, err := c.TryWLock(ctx, "shared")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired, "a writer while 8 readers hold")
+			_, err = c.TryLock(ctx, "other")
+			require.NoError(t, err, "another resource is not affected")
+			for _, r := range readers {
+				require.NoError(t, r.Release(ctx))
+				assert.True(t, r.Until().IsZero())
+				require.NoError(t, r.Release(ctx), "releasing twice")
+			}
+			w, err := c.TryWLock(ctx, "shared")
+			require.NoError(t, err, "the readers are gone")
+			_, err = c.TryRLock(ctx, "shared")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired, "a reader while a writer holds")
+			_, err = c.TryWLock(ctx, "shared")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired, "a second writer")
+			require.NoError(t, w.Release(ctx))
+		})
+	}
+}
+
+// TestRWExclusion: goroutines of several clients take read and write locks on
+// one resource at random; the history never has a reader beside a writer,
+// nor two writers, and readers did share.
+func TestRWExclusion(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var clients []*redlock.Client
+	for range 3 {
+		c, err := redlock.Dial(redistest.URLs(servers))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		clients = append(clients, c)
+	}
+	seedFence(t, clients[0], servers, "rw-exclusion")
+	ctx := ctxT(t, 60*time.Second)
+	var h rwHistory
+	var wg sync.WaitGroup
+	for g := range 9 {
+		c := clients[g%len(clients)]
+		wg.Go(func() {
+			for i := range 12 {
+				if (g+i)%4 == 0 {
+					w, err := c.WLock(ctx, "rw-exclusion", redlock.WithFence())
+					if !assert.NoError(t, err) {
+						return
+					}
+					f, err := w.Fence(ctx)
+					assert.NoError(t, err)
+					h.enterWrite(f)
+					time.Sleep(time.Millisecond)
+					h.leaveWrite()
+					assert.NoError(t, w.Release(ctx))
+					continue
+				}
+				r, err := c.RLock(ctx, "rw-exclusion")
+				if !assert.NoError(t, err) {
+					return
+				}
+				h.enterRead()
+				time.Sleep(2 * time.Millisecond)
+				h.leaveRead()
+				assert.NoError(t, r.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Empty(t, h.violations)
+	assert.Equal(t, 9*12, h.reads+h.writes)
+	assert.Greater(t, h.mostReaders, 1, "readers never shared the lock")
+	for i := 1; i < len(h.fences); i++ {
+		assert.Greater(t, h.fences[i], h.fences[i-1], "writer fencing tokens must strictly increase: %v", h.fences)
+	}
+	t.Logf("%d reads (at most %d at once), %d writes, fences %v", h.reads, h.mostReaders, h.writes, h.fences)
+}
+
+// TestRWWriterNotStarved: readers come and go without a pause, always one
+// holding, so that a writer refused once would be refused for ever if new
+// readers were still admitted; the writer's mark keeps them out, and the
+// writer gets in while the stream still runs.
+func TestRWWriterNotStarved(t *testing.T) {
+	c, _ := cluster(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	stop := make(chan struct{})
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	// Overlapping readers: each takes its next read lock before it releases
+	// the last, so the set of readers is never empty unless new readers are
+	// refused.
+	for range 3 {
+		wg.Go(func() {
+			prev, err := c.RLock(ctx, "starve")
+			if !assert.NoError(t, err) {
+				return
+			}
+			for {
+				select {
+				case <-stop:
+					assert.NoError(t, prev.Release(ctx))
+					return
+				default:
+				}
+				next, err := c.TryRLock(ctx, "starve")
+				if err == nil {
+					reads.Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+				assert.NoError(t, prev.Release(ctx))
+				if err != nil { // refused: a writer waits; take a place again behind it
+					next, err = c.RLock(ctx, "starve")
+					if !assert.NoError(t, err) {
+						return
+					}
+				}
+				prev = next
+			}
+		})
+	}
+	// The stream runs.
+	for reads.Load() < 20 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the readers did not start")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	w, err := c.WLock(wctx, "starve")
+	require.NoError(t, err, "the writer was starved by the readers")
+	t.Logf("writer in after %v, %d reads so far", time.Since(start), reads.Load())
+	_, err = c.TryRLock(ctx, "starve")
+	assert.ErrorIs(t, err, redlock.ErrNotAcquired, "a reader while the writer holds")
+	require.NoError(t, w.Release(ctx))
+	before := reads.Load()
+	for reads.Load() < before+5 { // the readers go on once the writer is out
+		select {
+		case <-ctx.Done():
+			t.Fatal("the readers did not resume after the writer")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// TestRWMixedReaderTTLs: a reader that joins later with a shorter TTL never
+// shortens the readers' set under the earlier reader (nor does its expiry or
+// its extension), on any node; a writer stays out until the earlier reader
+// releases.
+func TestRWMixedReaderTTLs(t *testing.T) {
+	c, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	long, err := c.RLock(ctx, "mixed", redlock.WithLockTTL(10*time.Second))
+	require.NoError(t, err)
+	short, err := c.RLock(ctx, "mixed", redlock.WithLockTTL(50*time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, short.Extend(ctx), "a short reader's extension")
+	readers, _ := node.ReaderKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "mixed"))
+	checkNodes := func(what string) {
+		t.Helper()
+		for i, s := range servers {
+			pttl, err := redis.Int64(s.Do("PTTL", readers))
+			require.NoError(t, err)
+			assert.Greater(t, pttl, int64(9000), "node %d, %s: the readers' set would expire under the long reader", i, what)
+			_, err = redis.Float64(s.Do("ZSCORE", readers, long.Token()))
+			assert.NoError(t, err, "node %d, %s: the long reader is gone", i, what)
+		}
+	}
+	checkNodes("after the short reader joined and extended")
+	// No signal tells a lease ran out on a node: wait past it.
+	time.Sleep(time.Until(short.Until()) + 100*time.Millisecond)
+	_, err = c.TryWLock(ctx, "mixed")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired, "a writer while the long reader holds, the short one expired")
+	checkNodes("after the short reader expired and a writer tried")
+	require.ErrorIs(t, short.Extend(ctx), redlock.ErrLockLost, "an expired reader cannot extend")
+	again, err := c.TryRLock(ctx, "mixed", redlock.WithLockTTL(20*time.Millisecond))
+	require.NoError(t, err, "readers still share")
+	require.NoError(t, again.Release(ctx))
+	checkNodes("after a short reader released")
+	require.NoError(t, long.Extend(ctx))
+	require.NoError(t, long.Release(ctx))
+	w, err := c.TryWLock(ctx, "mixed")
+	require.NoError(t, err, "every reader is gone")
+	require.NoError(t, w.Release(ctx))
+}
+
+// TestRWWriterFenceIncreases: writers of two clients, fenced, in turn: each
+// writer's fencing token is larger than every earlier writer's.
+func TestRWWriterFenceIncreases(t *testing.T) {
+	c, servers := cluster(t, 3)
+	c2, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c2.Close() })
+	seedFence(t, c, servers, "fenced")
+	ctx := ctxT(t, 30*time.Second)
+	var h rwHistory
+	var wg sync.WaitGroup
+	for g := range 4 {
+		c := []*redlock.Client{c, c2}[g%2]
+		wg.Go(func() {
+			for range 5 {
+				w, err := c.WLock(ctx, "fenced", redlock.WithFence())
+				if !assert.NoError(t, err) {
+					return
+				}
+				f, err := w.Fence(ctx)
+				assert.NoError(t, err)
+				h.enterWrite(f)
+				h.leaveWrite()
+				assert.NoError(t, w.Release(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, h.fences, 20)
+	assert.Empty(t, h.violations)
+	for i := 1; i < len(h.fences); i++ {
+		assert.Greater(t, h.fences[i], h.fences[i-1], "writer fencing tokens must strictly increase: %v", h.fences)
+	}
+	// A plain lock of the resource shares the writers' counter.
+	l, err := c.TryLock(ctx, "fenced", redlock.WithFence())
+	require.NoError(t, err)
+	f, err := l.Fence(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, f, h.fences[len(h.fences)-1])
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestRWMinority: a killed or paused minority node keeps read and write
+// locks working, exclusion included.
+func TestRWMinority(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(t *testing.T, s *redistest.Server)
+	}{
+		{"killed", func(t *testing.T, s *redistest.Server) { s.Kill() }},
+		{"paused", func(t *testing.T, s *redistest.Server) { s.Pause(); t.Cleanup(s.Resume) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, servers := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+			tc.fault(t, servers[2])
+			ctx := ctxT(t, 20*time.Second)
+			r1, err := c.RLock(ctx, "minority")
+			require.NoError(t, err)
+			r2, err := c.RLock(ctx, "minority")
+			require.NoError(t, err)
+			_, err = c.TryWLock(ctx, "minority")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			got := make(chan *redlock.Lock, 1)
+			go func() {
+				w, err := c.WLock(ctx, "minority", redlock.WithFence())
+				assert.NoError(t, err)
+				got <- w
+			}()
+			require.NoError(t, r1.Release(ctx))
+			require.NoError(t, r2.Release(ctx))
+			w := <-got
+			require.NotNil(t, w)
+			f, err := w.Fence(ctx)
+			require.NoError(t, err)
+			assert.Positive(t, f)
+			_, err = c.TryRLock(ctx, "minority")
+			require.ErrorIs(t, err, redlock.ErrNotAcquired)
+			require.NoError(t, w.Release(ctx))
+			r3, err := c.RLock(ctx, "minority")
+			require.NoError(t, err)
+			require.NoError(t, r3.Release(ctx))
+		})
+	}
+}
+
+func TestRWInvalidInput(t *testing.T) {
+	c, _ := cluster(t, 1)
+	ctx := context.Background()
+	var nilCtx context.Context
+	long := string(make([]byte, redlock.MaxResourceLen+1))
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"rlock empty resource", func() error { _, err := c.RLock(ctx, ""); return err }, "empty resource name"},
+		{"trylock empty resource", func() error { _, err := c.TryRLock(ctx, ""); return err }, "empty resource name"},
+		{"wlock empty resource", func() error { _, err := c.WLock(ctx, ""); return err }, "empty resource name"},
+		{"trywlock empty resource", func() error { _, err := c.TryWLock(ctx, ""); return err }, "empty resource name"},
+		{"rlock nil ctx", func() error { _, err := c.RLock(nilCtx, "r"); return err }, "nil context"},
+		{"wlock nil ctx", func() error { _, err := c.WLock(nilCtx, "r"); return err }, "nil context"},
+		{"rlock long name", func() error { _, err := c.RLock(ctx, long); return err }, "exceeds"},
+		{"rlock fenced", func() error { _, err := c.RLock(ctx, "r", redlock.WithFence()); return err }, "readers have no fencing token"},
+		{"tryrlock fenced", func() error { _, err := c.TryRLock(ctx, "r", redlock.WithFence()); return err }, "readers have no fencing token"},
+		{"rlock ttl too short", func() error { _, err := c.RLock(ctx, "r", redlock.WithLockTTL(time.Millisecond)); return err }, "TTL"},
+		{"wlock ttl sub-ms", func() error { _, err := c.WLock(ctx, "r", redlock.WithLockTTL(1500*time.Microsecond)); return err }, "TTL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			require.ErrorIs(t, err, redlock.ErrInvalid)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	r, err := c.TryRLock(ctx, "r")
+	require.NoError(t, err)
+	require.ErrorIs(t, r.Extend(nilCtx), redlock.ErrInvalid)
+	require.ErrorIs(t, r.Release(nilCtx), redlock.ErrInvalid)
+	require.NoError(t, r.Release(ctx))
+	require.ErrorIs(t, r.Extend(ctx), redlock.ErrLockLost, "extending a released reader")
+	require.NoError(t, c.Close())
+	_, err = c.RLock(ctx, "r")
+	require.ErrorIs(t, err, redlock.ErrClosed)
+	_, err = c.TryWLock(ctx, "r")
+	require.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+func ExampleClient_RLock() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.Dial(urls)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	// Readers share the lock.
+	r1, err := client.RLock(ctx, "catalog")
+	if err != nil {
+		panic(err)
+	}
+	r2, _ := client.RLock(ctx, "catalog")
+	fmt.Println("two readers")
+
+	// A writer waits for them; once it waits, new readers wait behind it.
+	written := make(chan uint64)
+	go func() {
+		w, err := client.WLock(ctx, "catalog", redlock.WithFence())
+		if err != nil {
+			panic(err)
+		}
+		token, _ := w.Fence(ctx) // larger for every later writer
+		_ = w.Release(ctx)
+		written <- token
+	}()
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	fmt.Println("writer's fencing token:", <-written)
+
+	r3, err := client.TryRLock(ctx, "catalog")
+	fmt.Println("reader after the writer:", err == nil)
+	_ = r3.Release(ctx)
+	// Output:
+	// two readers
+	// writer's fencing token: 1
+	// reader after the writer: true
+}

@@ -103,6 +103,7 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"TicketBound", s.ticketBound},
 		{"Ping", s.ping},
 		{"CancelledContext", s.cancelled},
+		{"ReadWrite", s.readWrite}, // rw.go
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := s.node(t)
@@ -219,6 +220,11 @@ func (s *suite) quarantine(t *testing.T, restart func(t *testing.T)) {
 			"Acquire": func() (node.Acquired, error) { return n.Acquire(c, k.lock, k.fence, token(), time.Minute) },
 			"AcquireFair": func() (node.Acquired, error) {
 				return n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, waiter("q/"+token(), time.Now().UnixMicro(), 0))
+			},
+			// rw.go: a reader, a writer.
+			"AcquireRead": func() (node.Acquired, error) { return n.AcquireRead(c, k.lock+"-rw", token(), time.Minute) },
+			"AcquireWrite": func() (node.Acquired, error) {
+				return n.AcquireWrite(c, k.lock+"-rw", k.fence+"-rw", token(), time.Minute, "w", time.Second)
 			},
 		}
 		for op, call := range grants {

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -405,6 +406,115 @@ func TestRWInvalidInput(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrClosed)
 	_, err = c.TryWLock(ctx, "r")
 	require.ErrorIs(t, err, redlock.ErrClosed)
+}
+
+// rwACL is what read-write locks need beyond MinimalACL (docs/rwlock.md).
+const rwACL = " +zremrangebyscore +zcard"
+
+// TestRWMinimalACL: a user with the minimal ACL and rwACL takes read and
+// write locks, waits for them (pub/sub) and fences; without rwACL's
+// commands, a read attempt fails with "permission denied" at once.
+func TestRWMinimalACL(t *testing.T) {
+	s := redistest.Start(t)
+	for _, tc := range []struct{ user, rule string }{{"rw", MinimalACL + rwACL}, {"plain", MinimalACL}} {
+		args := []any{"SETUSER", tc.user}
+		for _, f := range strings.Fields(tc.rule) {
+			args = append(args, f)
+		}
+		_, err := s.Do("ACL", args...)
+		require.NoError(t, err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	c, err := redlock.Dial([]string{"redis://rw:lock-pw@" + s.Addr()})
+	require.NoError(t, err)
+	defer c.Close()
+	r, err := c.RLock(ctx, "acl-rw")
+	require.NoError(t, err)
+	require.NoError(t, r.Extend(ctx))
+	got := make(chan error, 1)
+	go func() {
+		w, err := c.WLock(ctx, "acl-rw", redlock.WithFence())
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, <-got)
+
+	plain, err := redlock.Dial([]string{"redis://plain:lock-pw@" + s.Addr()})
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = plain.RLock(ctx, "acl-rw")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "permission denied")
+}
+
+// TestRWWokenByRelease: readers whose backoff is long (10 s) are woken by
+// the writer's release they wait for; then a writer gets in once they are
+// gone.
+func TestRWWokenByRelease(t *testing.T) {
+	c, servers := cluster(t, 3)
+	refused := make(chan struct{}, 64)
+	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithRetryBackoff(10*time.Second, 10*time.Second),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+			if e.Refused > 0 {
+				refused <- struct{}{}
+			}
+		}}))
+	require.NoError(t, err)
+	defer waiter.Close()
+	ctx := ctxT(t, 20*time.Second)
+
+	w, err := c.WLock(ctx, "woken")
+	require.NoError(t, err)
+	type result struct {
+		r  *redlock.ReadLock
+		at time.Time
+	}
+	readers := make(chan result, 2)
+	for range 2 {
+		go func() {
+			r, err := waiter.RLock(ctx, "woken")
+			assert.NoError(t, err)
+			readers <- result{r, time.Now()}
+		}()
+	}
+	// A reader listens once refused, then is refused again (the attempt
+	// right after it subscribed) and waits: four refusals for both.
+	for range 4 {
+		select {
+		case <-refused:
+		case <-ctx.Done():
+			t.Fatal("the readers were not refused")
+		}
+	}
+	released := time.Now()
+	require.NoError(t, w.Release(ctx))
+	var rs []*redlock.ReadLock
+	for range 2 {
+		res := <-readers
+		require.NotNil(t, res.r)
+		assert.Less(t, res.at.Sub(released), time.Second, "a reader was not woken by the writer's release (its backoff is uniform in [0, 10s))")
+		rs = append(rs, res.r)
+	}
+	wrote := make(chan time.Time, 1)
+	go func() {
+		w, err := waiter.WLock(ctx, "woken")
+		if assert.NoError(t, err) {
+			wrote <- time.Now()
+			assert.NoError(t, w.Release(ctx))
+		}
+	}()
+	require.NoError(t, rs[0].Release(ctx))
+	require.NoError(t, rs[1].Release(ctx))
+	released = time.Now()
+	select {
+	case at := <-wrote:
+		t.Logf("writer in %v after the last reader's release", at.Sub(released))
+	case <-ctx.Done():
+		t.Fatal("the writer did not get in")
+	}
 }
 
 func ExampleClient_RLock() {

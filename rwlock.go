@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -292,6 +293,7 @@ type ReadLock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
+	changed  chan struct{} // closed and replaced whenever until or released changes (Keep)
 
 	split splitWatch // the acquisition's
 }
@@ -321,7 +323,7 @@ func (c *Client) tryRead(ctx context.Context, resource string, lc lockConfig, _ 
 	if err != nil {
 		return nil, err
 	}
-	r := &ReadLock{c: c, resource: resource, key: c.lockKey(resource), token: token, ttl: lc.ttl}
+	r := &ReadLock{c: c, resource: resource, key: c.lockKey(resource), token: token, ttl: lc.ttl, changed: make(chan struct{})}
 	drift := clock.Drift(r.ttl, c.cfg.driftFactor)
 	start := c.cfg.clock.Now()
 	halt := r.split.watch(r.ttl - drift)
@@ -445,9 +447,7 @@ func (r *ReadLock) extend(ctx context.Context) error {
 	drift := clock.Drift(r.ttl, c.cfg.driftFactor)
 	validity := clock.Validity(r.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
-		r.mu.Lock()
-		r.until = start.Add(r.ttl - drift)
-		r.mu.Unlock()
+		r.setLease(start.Add(r.ttl-drift), false)
 		return nil
 	}
 	kind := ErrUnavailable
@@ -482,8 +482,8 @@ func (r *ReadLock) Release(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	r.released = true
 	r.mu.Unlock()
+	r.setLease(r.Until(), true)
 	if err := c.begin(); err != nil {
 		return err
 	}
@@ -497,9 +497,7 @@ func (r *ReadLock) Release(ctx context.Context) error {
 		return struct{}{}, ok, err
 	}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
-	r.mu.Lock()
-	r.until = time.Time{}
-	r.mu.Unlock()
+	r.setLease(time.Time{}, true)
 	var err error
 	if !o.Success {
 		kind := ErrUnavailable
@@ -513,4 +511,122 @@ func (r *ReadLock) Release(ctx context.Context) error {
 		h(ReleaseEvent{Resource: r.resource, Held: c.cfg.clock.Now().Sub(r.acquiredAt), Err: err})
 	}
 	return err
+}
+
+// setLease sets the end of validity and the released flag, and wakes Keep.
+func (r *ReadLock) setLease(until time.Time, released bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.until, r.released = until, released
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// lease returns the end of validity, whether the lock was released, and a
+// channel closed at the next change of either.
+func (r *ReadLock) lease() (until time.Time, released bool, changed <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.until, r.released, r.changed
+}
+
+// Keep renews the read lock in the background until the returned context
+// ends, as Lock.Keep does for a lock: the context ends before the read lock
+// can no longer be trusted (renewal has not reached a majority by the end of
+// validity minus the safety margin, or the lock was released: its cause
+// matches ErrLockLost), when parent ends, or at the maximum hold time (cause
+// ErrMaxHold). A lease that has already ended gives a context that has
+// already ended. Calling cancel stops the renewal; it does not release the
+// read lock. Options: WithRenewEvery (default TTL/3), WithSafetyMargin
+// (default TTL/10), WithMaxHold (default DefaultMaxHold); an invalid one, or
+// a nil parent, ends the context at once with a cause matching ErrInvalid.
+func (r *ReadLock) Keep(parent context.Context, opts ...HoldOption) (context.Context, context.CancelFunc) {
+	if err := checkContext(parent); err != nil {
+		return endedContext(err)
+	}
+	h, err := holdOptions(opts)
+	if err == nil {
+		h, err = h.forKeep(r.ttl, clock.Drift(r.ttl, r.c.cfg.driftFactor))
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	if err != nil {
+		cancel(err)
+		return ctx, func() {}
+	}
+	ctx, cancelHold := context.WithTimeoutCause(ctx, h.maxHold, ErrMaxHold)
+	if _, ok := r.leaseLeft(cancel, h.margin); !ok {
+		return ctx, func() { cancel(context.Canceled); cancelHold() }
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.keep(ctx, cancel, h)
+	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		cancelHold()
+		<-done
+	}
+}
+
+// leaseLeft cancels ctx if the lease is over (released, or its validity
+// minus margin passed), and otherwise returns how long it has left.
+func (r *ReadLock) leaseLeft(cancel context.CancelCauseFunc, margin time.Duration) (time.Duration, bool) {
+	until, released, _ := r.lease()
+	if released {
+		cancel(fmt.Errorf("%w: read lock of %q was released", ErrLockLost, r.resource))
+		return 0, false
+	}
+	left := until.Add(-margin).Sub(r.c.cfg.clock.Now())
+	if left <= 0 {
+		cancel(&errLeaseEnded{resource: r.resource})
+		return 0, false
+	}
+	return left, true
+}
+
+// keep renews r every h.renewEvery (sooner after a failure) until ctx ends,
+// and ends ctx when the lease does (Keep).
+func (r *ReadLock) keep(ctx context.Context, cancel context.CancelCauseFunc, h holdConfig) {
+	c := r.c
+	next := c.cfg.clock.Now().Add(h.renewEvery)
+	for attempt := 0; ; {
+		left, ok := r.leaseLeft(cancel, h.margin)
+		if !ok {
+			return
+		}
+		_, _, changed := r.lease()
+		t := time.NewTimer(min(left, next.Sub(c.cfg.clock.Now())))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-changed:
+			t.Stop()
+			continue
+		case <-t.C:
+		}
+		if c.cfg.clock.Now().Before(next) {
+			continue // the lease's end, checked at the top
+		}
+		until, _, _ := r.lease()
+		ectx, ecancel := context.WithDeadline(ctx, until.Add(-h.margin))
+		err := r.Extend(ectx)
+		ecancel()
+		if hk := c.cfg.hooks.OnRenewalFailure; hk != nil && err != nil {
+			hk(RenewalFailureEvent{Resource: r.resource, Err: err})
+		}
+		switch {
+		case err == nil:
+			attempt = 0
+			next = c.cfg.clock.Now().Add(h.renewEvery)
+		case errors.Is(err, ErrLockLost):
+			cancel(err)
+			return
+		default:
+			attempt++
+			next = c.cfg.clock.Now().Add(backoff(c.cfg.retryMin, min(h.renewEvery, c.cfg.retryMax), attempt))
+			c.log(ctx, slog.LevelWarn, "read lock renewal failed, retrying", r.key, r.token, "err", err)
+		}
+	}
 }

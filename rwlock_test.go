@@ -558,3 +558,44 @@ func ExampleClient_RLock() {
 	// writer's fencing token: 1
 	// reader after the writer: true
 }
+
+// TestRWReadKeep: Keep renews a read lock past its TTL while a writer waits
+// (a reader that holds on keeps writers out), and its context ends, with a
+// cause matching ErrLockLost, when the read lock is released or lost.
+func TestRWReadKeep(t *testing.T) {
+	c, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	r, err := c.RLock(ctx, "keep", redlock.WithLockTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	kctx, stop := r.Keep(ctx)
+	defer stop()
+	first := r.Until()
+	wctx, cancel := context.WithTimeout(ctx, time.Second) // over three TTLs
+	_, err = c.WLock(wctx, "keep")
+	cancel()
+	require.ErrorIs(t, err, redlock.ErrNotAcquired, "a writer got in beside a kept reader")
+	require.NoError(t, kctx.Err(), "the kept read lock's context ended")
+	assert.True(t, r.Until().After(first.Add(500*time.Millisecond)), "not renewed")
+	require.NoError(t, r.Release(ctx))
+	<-kctx.Done()
+	assert.ErrorIs(t, context.Cause(kctx), redlock.ErrLockLost)
+
+	// Lost: the reader is removed behind its back on every node.
+	r, err = c.RLock(ctx, "keep", redlock.WithLockTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	kctx, stop2 := r.Keep(ctx)
+	defer stop2()
+	readers, _ := node.ReaderKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "keep"))
+	for _, s := range servers {
+		_, err := s.Do("DEL", readers)
+		require.NoError(t, err)
+	}
+	<-kctx.Done()
+	assert.ErrorIs(t, context.Cause(kctx), redlock.ErrLockLost)
+
+	// Bad options end the context at once.
+	bad, stop3 := r.Keep(ctx, redlock.WithRenewEvery(time.Second))
+	defer stop3()
+	<-bad.Done()
+	assert.ErrorIs(t, context.Cause(bad), redlock.ErrInvalid)
+}

@@ -599,3 +599,127 @@ func TestRWReadKeep(t *testing.T) {
 	<-bad.Done()
 	assert.ErrorIs(t, context.Cause(bad), redlock.ErrInvalid)
 }
+
+// TestRWQuarantineTimeline runs docs/safety.md's P5 timeline for read-write
+// locks on real redis-servers, both ways: A holds (a reader, or the writer)
+// on n1 and n2, n3 being held against A by someone else and then freed; n2
+// restarts empty; B, of the other kind, whose nodes quarantine a restarted
+// node for longer than the TTL, tries until A's lease ends and must not be
+// granted before then (B waiting already when n2 restarts).
+func TestRWQuarantineTimeline(t *testing.T) {
+	const (
+		ttl        = 2 * time.Second
+		quarantine = 3 * time.Second // > ttl, as docs/safety.md asks
+		resource   = "p5-rw"
+	)
+	key := redlock.LockKey(redlock.DefaultKeyPrefix, resource)
+	readers, _ := node.ReaderKeys(key)
+	for _, tc := range []struct {
+		name string
+		// block makes n3 refuse A; free undoes it.
+		block, free []any
+		// holdA takes A's lock, and returns its Until.
+		holdA func(ctx context.Context, c *redlock.Client) (time.Time, error)
+		// held is the key on which A's hold shows on a node.
+		held func(s *redistest.Server) bool
+		// lockB tries B's lock until ctx ends.
+		lockB func(ctx context.Context, c *redlock.Client) error
+	}{
+		{
+			name:  "reader then writer",
+			block: []any{"SET", key, "someone-else", "PX", 60000}, free: []any{"DEL", key},
+			holdA: func(ctx context.Context, c *redlock.Client) (time.Time, error) {
+				r, err := c.RLock(ctx, resource)
+				if err != nil {
+					return time.Time{}, err
+				}
+				return r.Until(), nil
+			},
+			held: func(s *redistest.Server) bool {
+				n, err := redis.Int(s.Do("ZCARD", readers))
+				return err == nil && n == 1
+			},
+			lockB: func(ctx context.Context, c *redlock.Client) error {
+				w, err := c.WLock(ctx, resource)
+				if err == nil {
+					_ = w.Release(context.Background())
+				}
+				return err
+			},
+		},
+		{
+			name:  "writer then reader",
+			block: []any{"ZADD", readers, "+inf", "someone-else"}, free: []any{"DEL", readers},
+			holdA: func(ctx context.Context, c *redlock.Client) (time.Time, error) {
+				w, err := c.WLock(ctx, resource)
+				if err != nil {
+					return time.Time{}, err
+				}
+				return w.Until(), nil
+			},
+			held: func(s *redistest.Server) bool {
+				n, err := redis.Int(s.Do("EXISTS", key))
+				return err == nil && n == 1
+			},
+			lockB: func(ctx context.Context, c *redlock.Client) error {
+				r, err := c.RLock(ctx, resource)
+				if err == nil {
+					_ = r.Release(context.Background())
+				}
+				return err
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			servers := redistest.StartN(t, 3)
+			// Up longer than the quarantine before anyone connects: only the
+			// restart below quarantines n2.
+			for _, s := range servers {
+				s.WaitUptime(quarantine + time.Second)
+			}
+			ctx := ctxT(t, 30*time.Second)
+			_, err := servers[2].Do(tc.block[0].(string), tc.block[1:]...)
+			require.NoError(t, err)
+			opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond),
+				redlock.WithNodeOptions(node.WithRestartQuarantine(quarantine)), redlock.WithBreaker(0)}
+			a := dialed(t, servers, opts...)
+			until, err := tc.holdA(ctx, a)
+			require.NoError(t, err)
+			for _, s := range servers[:2] { // a grant returns at its majority
+				require.Eventually(t, func() bool { return tc.held(s) }, 10*time.Second, time.Millisecond)
+			}
+
+			attempts := make(chan struct{}, 1)
+			b := dialed(t, servers, append(opts, redlock.WithHooks(redlock.Hooks{
+				OnAttempt: func(redlock.AttemptEvent) {
+					select {
+					case attempts <- struct{}{}:
+					default:
+					}
+				},
+			}))...)
+			bctx, cancel := context.WithDeadline(ctx, until)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				err := tc.lockB(bctx, b)
+				switch {
+				case err == nil:
+					err = fmt.Errorf("B was granted %v before A's lease ended", time.Until(until))
+				case bctx.Err() == nil:
+					err = fmt.Errorf("B's call ended before A's lease did: %w", err)
+				default:
+					err = nil
+				}
+				got <- err
+			}()
+			<-attempts // B is waiting, its connections to n2 open
+			servers[1].Kill()
+			servers[1].Restart()
+			_, err = servers[2].Do(tc.free[0].(string), tc.free[1:]...) // n3 is free: B needs only n2 besides
+			require.NoError(t, err)
+			require.NoError(t, <-got)
+		})
+	}
+}

@@ -316,6 +316,7 @@ func (c *Client) tryRead(ctx context.Context, resource string, lc lockConfig, _ 
 		return nil, err
 	}
 	defer c.end()
+	c.awaitRelease(ctx, resource) // this client's write release still landing would refuse it
 	if err := ctx.Err(); err != nil {
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}

@@ -178,6 +178,7 @@ func TestRWWriterNotStarved(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	stop := make(chan struct{})
 	var reads atomic.Int64
+	read := make(chan struct{}, 1024) // a value per new read lock taken
 	var wg sync.WaitGroup
 	// Overlapping readers: each takes its next read lock before it releases
 	// the last, so the set of readers is never empty unless new readers are
@@ -198,8 +199,12 @@ func TestRWWriterNotStarved(t *testing.T) {
 				next, err := c.TryRLock(ctx, "starve")
 				if err == nil {
 					reads.Add(1)
+					select {
+					case read <- struct{}{}:
+					default:
+					}
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // the reader's work
 				assert.NoError(t, prev.Release(ctx))
 				if err != nil { // refused: a writer waits; take a place again behind it
 					next, err = c.RLock(ctx, "starve")
@@ -211,14 +216,17 @@ func TestRWWriterNotStarved(t *testing.T) {
 			}
 		})
 	}
-	// The stream runs.
-	for reads.Load() < 20 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the readers did not start")
-		case <-time.After(5 * time.Millisecond):
+	awaitReads := func(n int, what string) {
+		t.Helper()
+		for range n {
+			select {
+			case <-read:
+			case <-ctx.Done():
+				t.Fatal(what)
+			}
 		}
 	}
+	awaitReads(20, "the readers did not start")
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -228,14 +236,10 @@ func TestRWWriterNotStarved(t *testing.T) {
 	_, err = c.TryRLock(ctx, "starve")
 	assert.ErrorIs(t, err, redlock.ErrNotAcquired, "a reader while the writer holds")
 	require.NoError(t, w.Release(ctx))
-	before := reads.Load()
-	for reads.Load() < before+5 { // the readers go on once the writer is out
-		select {
-		case <-ctx.Done():
-			t.Fatal("the readers did not resume after the writer")
-		case <-time.After(5 * time.Millisecond):
-		}
+	for len(read) > 0 { // reads from before the writer's release
+		<-read
 	}
+	awaitReads(5, "the readers did not resume after the writer")
 	close(stop)
 	wg.Wait()
 }

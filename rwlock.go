@@ -499,6 +499,9 @@ func (r *ReadLock) Release(ctx context.Context) error {
 	}}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	r.setLease(time.Time{}, true)
+	if o.Success { // this client's next attempt waits for the last nodes (awaitRelease)
+		c.releaseInFlight(r.resource, inFlight{release: call.Settled(), acquire: r.acquire.Settled()})
+	}
 	var err error
 	if !o.Success {
 		kind := ErrUnavailable

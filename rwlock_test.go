@@ -76,11 +76,15 @@ func seedFence(t *testing.T, c *redlock.Client, servers []*redistest.Server, res
 	ctx := ctxT(t, 10*time.Second)
 	w, err := c.WLock(ctx, resource, redlock.WithFence())
 	require.NoError(t, err)
-	require.NoError(t, w.Release(ctx))
+	// Fence returns at a majority: the last node's counter may still be on
+	// its way, and must land inside the lock.
 	for i, s := range servers {
-		_, err := redis.Uint64(s.Do("GET", redlock.FenceKey(redlock.DefaultKeyPrefix, resource)))
-		require.NoError(t, err, "node %d has no fence counter after an uncontended fenced grant", i)
+		require.Eventually(t, func() bool {
+			_, err := redis.Uint64(s.Do("GET", redlock.FenceKey(redlock.DefaultKeyPrefix, resource)))
+			return err == nil
+		}, 10*time.Second, time.Millisecond, "node %d has no fence counter after an uncontended fenced grant", i)
 	}
+	require.NoError(t, w.Release(ctx))
 }
 
 func TestRWReadersShare(t *testing.T) {
@@ -104,7 +108,7 @@ func TestRWReadersShare(t *testing.T) {
 				assert.True(t, r.Until().IsZero())
 				require.NoError(t, r.Release(ctx), "releasing twice")
 			}
-			w, err := c.TryWLock(ctx, "shared")
+			w, err := c.WLock(ctx, "shared") // a release returns at its majority: the others may still be landing
 			require.NoError(t, err, "the readers are gone")
 			_, err = c.TryRLock(ctx, "shared")
 			require.ErrorIs(t, err, redlock.ErrNotAcquired, "a reader while a writer holds")
@@ -122,7 +126,9 @@ func TestRWExclusion(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	var clients []*redlock.Client
 	for range 3 {
-		c, err := redlock.Dial(redistest.URLs(servers))
+		// A long node timeout: a release that times out on a loaded machine
+		// leaves its reader for the TTL, and fails the test.
+		c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(3*time.Second))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		clients = append(clients, c)
@@ -253,10 +259,17 @@ func TestRWMixedReaderTTLs(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	long, err := c.RLock(ctx, "mixed", redlock.WithLockTTL(10*time.Second))
 	require.NoError(t, err)
-	short, err := c.RLock(ctx, "mixed", redlock.WithLockTTL(50*time.Millisecond))
+	readers, _ := node.ReaderKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "mixed"))
+	for _, s := range servers { // RLock returns at its majority: the last node's grant may still be on its way
+		require.Eventually(t, func() bool {
+			_, err := redis.Float64(s.Do("ZSCORE", readers, long.Token()))
+			return err == nil
+		}, 10*time.Second, time.Millisecond)
+	}
+	// Short, yet long enough that a loaded machine extends it in time.
+	short, err := c.RLock(ctx, "mixed", redlock.WithLockTTL(250*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, short.Extend(ctx), "a short reader's extension")
-	readers, _ := node.ReaderKeys(redlock.LockKey(redlock.DefaultKeyPrefix, "mixed"))
 	checkNodes := func(what string) {
 		t.Helper()
 		for i, s := range servers {
@@ -274,13 +287,13 @@ func TestRWMixedReaderTTLs(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotAcquired, "a writer while the long reader holds, the short one expired")
 	checkNodes("after the short reader expired and a writer tried")
 	require.ErrorIs(t, short.Extend(ctx), redlock.ErrLockLost, "an expired reader cannot extend")
-	again, err := c.TryRLock(ctx, "mixed", redlock.WithLockTTL(20*time.Millisecond))
+	again, err := c.TryRLock(ctx, "mixed", redlock.WithLockTTL(250*time.Millisecond))
 	require.NoError(t, err, "readers still share")
 	require.NoError(t, again.Release(ctx))
 	checkNodes("after a short reader released")
 	require.NoError(t, long.Extend(ctx))
 	require.NoError(t, long.Release(ctx))
-	w, err := c.TryWLock(ctx, "mixed")
+	w, err := c.WLock(ctx, "mixed")
 	require.NoError(t, err, "every reader is gone")
 	require.NoError(t, w.Release(ctx))
 }
@@ -288,8 +301,8 @@ func TestRWMixedReaderTTLs(t *testing.T) {
 // TestRWWriterFenceIncreases: writers of two clients, fenced, in turn: each
 // writer's fencing token is larger than every earlier writer's.
 func TestRWWriterFenceIncreases(t *testing.T) {
-	c, servers := cluster(t, 3)
-	c2, err := redlock.Dial(redistest.URLs(servers))
+	c, servers := cluster(t, 3, redlock.WithNodeTimeout(3*time.Second))
+	c2, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(3*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c2.Close() })
 	seedFence(t, c, servers, "fenced")
@@ -338,7 +351,7 @@ func TestRWMinority(t *testing.T) {
 		{"paused", func(t *testing.T, s *redistest.Server) { s.Pause(); t.Cleanup(s.Resume) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, servers := cluster(t, 3, redlock.WithNodeTimeout(200*time.Millisecond))
+			c, servers := cluster(t, 3)
 			tc.fault(t, servers[2])
 			ctx := ctxT(t, 20*time.Second)
 			r1, err := c.RLock(ctx, "minority")
@@ -454,13 +467,13 @@ func TestRWMinimalACL(t *testing.T) {
 	assert.Contains(t, err.Error(), "permission denied")
 }
 
-// TestRWWokenByRelease: readers whose backoff is long (10 s) are woken by
+// TestRWWokenByRelease: readers whose backoff is long (1 min) are woken by
 // the writer's release they wait for; then a writer gets in once they are
 // gone.
 func TestRWWokenByRelease(t *testing.T) {
 	c, servers := cluster(t, 3)
 	refused := make(chan struct{}, 64)
-	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithRetryBackoff(10*time.Second, 10*time.Second),
+	waiter, err := redlock.Dial(redistest.URLs(servers), redlock.WithRetryBackoff(time.Minute, time.Minute),
 		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
 			if e.Refused > 0 {
 				refused <- struct{}{}
@@ -499,7 +512,7 @@ func TestRWWokenByRelease(t *testing.T) {
 	for range 2 {
 		res := <-readers
 		require.NotNil(t, res.r)
-		assert.Less(t, res.at.Sub(released), time.Second, "a reader was not woken by the writer's release (its backoff is uniform in [0, 10s))")
+		assert.Less(t, res.at.Sub(released), 3*time.Second, "a reader was not woken by the writer's release (its backoff is uniform in [0, 1m))")
 		rs = append(rs, res.r)
 	}
 	wrote := make(chan time.Time, 1)
@@ -569,23 +582,34 @@ func ExampleClient_RLock() {
 func TestRWReadKeep(t *testing.T) {
 	c, servers := cluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	r, err := c.RLock(ctx, "keep", redlock.WithLockTTL(300*time.Millisecond))
+	r, err := c.RLock(ctx, "keep", redlock.WithLockTTL(time.Second))
 	require.NoError(t, err)
 	kctx, stop := r.Keep(ctx)
 	defer stop()
 	first := r.Until()
-	wctx, cancel := context.WithTimeout(ctx, time.Second) // over three TTLs
-	_, err = c.WLock(wctx, "keep")
+	wctx, cancel := context.WithTimeout(ctx, 3500*time.Millisecond) // over three TTLs
+	w, err := c.WLock(wctx, "keep")
 	cancel()
-	require.ErrorIs(t, err, redlock.ErrNotAcquired, "a writer got in beside a kept reader")
+	if err == nil {
+		// Only once the kept reader's lease ended (its renewals failed on
+		// a loaded machine): its context must have ended by then.
+		select {
+		case <-kctx.Done():
+			_ = w.Release(ctx)
+			t.Skipf("the machine is too loaded: the kept reader's renewals failed (%v)", context.Cause(kctx))
+		case <-time.After(time.Second):
+			t.Fatal("a writer got in beside a kept reader whose context had not ended")
+		}
+	}
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.NoError(t, kctx.Err(), "the kept read lock's context ended")
-	assert.True(t, r.Until().After(first.Add(500*time.Millisecond)), "not renewed")
+	assert.True(t, r.Until().After(first.Add(2*time.Second)), "not renewed")
 	require.NoError(t, r.Release(ctx))
 	<-kctx.Done()
 	assert.ErrorIs(t, context.Cause(kctx), redlock.ErrLockLost)
 
 	// Lost: the reader is removed behind its back on every node.
-	r, err = c.RLock(ctx, "keep", redlock.WithLockTTL(300*time.Millisecond))
+	r, err = c.RLock(ctx, "keep", redlock.WithLockTTL(time.Second))
 	require.NoError(t, err)
 	kctx, stop2 := r.Keep(ctx)
 	defer stop2()

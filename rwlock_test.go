@@ -751,3 +751,37 @@ func TestRWQuarantineTimeline(t *testing.T) {
 		})
 	}
 }
+
+// TestRWCloseEndsWaiters: Close ends the RLock and WLock calls waiting on
+// the client, with errors matching ErrNotAcquired and ErrClosed, and
+// returns once they are over.
+func TestRWCloseEndsWaiters(t *testing.T) {
+	holder, servers := cluster(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	w, err := holder.WLock(ctx, "closing")
+	require.NoError(t, err)
+	refused := make(chan struct{}, 16)
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+		if e.Refused > 0 {
+			refused <- struct{}{}
+		}
+	}}))
+	require.NoError(t, err)
+	errs := make(chan error, 2)
+	go func() { _, err := c.RLock(ctx, "closing"); errs <- err }()
+	go func() { _, err := c.WLock(ctx, "closing"); errs <- err }()
+	for range 4 { // both refused twice: listening, and waiting
+		select {
+		case <-refused:
+		case <-ctx.Done():
+			t.Fatal("the waiters were not refused")
+		}
+	}
+	require.NoError(t, c.Close())
+	for range 2 {
+		err := <-errs
+		assert.ErrorIs(t, err, redlock.ErrNotAcquired)
+		assert.ErrorIs(t, err, redlock.ErrClosed)
+	}
+	require.NoError(t, w.Release(ctx))
+}

@@ -785,3 +785,66 @@ func TestRWCloseEndsWaiters(t *testing.T) {
 	}
 	require.NoError(t, w.Release(ctx))
 }
+
+// BenchmarkRWLock: an uncontended acquisition and release at N = 3, for a
+// plain lock, a read lock and a write lock (one script call per node each
+// way), with the server commands they cost per operation.
+func BenchmarkRWLock(b *testing.B) {
+	c, servers := cluster(b, 3)
+	ctx := context.Background()
+	for _, kind := range []string{"Lock", "RLock", "WLock"} {
+		b.Run(kind, func(b *testing.B) {
+			for _, s := range servers {
+				if _, err := s.Do("CONFIG", "RESETSTAT"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				var release func(context.Context) error
+				switch kind {
+				case "Lock":
+					l, err := c.TryLock(ctx, "rw-bench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					release = l.Release
+				case "RLock":
+					r, err := c.TryRLock(ctx, "rw-bench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					release = r.Release
+				case "WLock":
+					w, err := c.TryWLock(ctx, "rw-bench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					release = w.Release
+				}
+				if err := release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			var calls int64
+			for _, s := range servers {
+				info, err := redis.String(s.Do("INFO", "commandstats"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, l := range strings.Split(info, "\r\n") {
+					if !strings.HasPrefix(l, "cmdstat_") || strings.HasPrefix(l, "cmdstat_info") || strings.HasPrefix(l, "cmdstat_config") {
+						continue
+					}
+					_, rest, _ := strings.Cut(l, "calls=")
+					n, _, _ := strings.Cut(rest, ",")
+					var v int64
+					fmt.Sscan(n, &v)
+					calls += v
+				}
+			}
+			b.ReportMetric(float64(calls)/float64(b.N), "commands/op")
+		})
+	}
+}

@@ -85,6 +85,13 @@ func TestEveryLuaFileIsAScript(t *testing.T) {
 //     must set and grant the lock key at least once, or the probe no longer
 //     reaches it. Building the states, a queue's release must leave the lock
 //     key free.
+//
+// A container of holders (the readers of a read-write lock: Script.Holders)
+// is granted by adding to it, as the lock key by writing it: an unmarked
+// script may not add to it (statically: any write but a ZADD XX update of
+// members already there; on the server: a member live after the run that
+// was not before, a lapsed reader revived included, from the reader states
+// too), and a marked script that declares one must add a holder in the probe.
 func TestGrantScriptsAreMarked(t *testing.T) {
 	srv := redistest.Start(t)
 	c, err := redis.Dial("tcp", srv.Addr())
@@ -142,7 +149,7 @@ func TestGrantScriptsAreMarked(t *testing.T) {
 				return
 			}
 			if len(r.grants) > 0 {
-				t.Errorf("%s wrote its lock key in %d runs (the first below): mark it newGrantScript", s.Name(), len(r.grants))
+				t.Errorf("%s wrote its lock key (or added a holder) in %d runs (the first below): mark it newGrantScript", s.Name(), len(r.grants))
 			}
 			for _, g := range r.grants[:min(len(r.grants), 5)] {
 				t.Errorf("%s: %s", s.Name(), g)

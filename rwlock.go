@@ -28,7 +28,8 @@ import (
 // RWWaitMark is how long the mark of a writer that waits for readers to
 // leave lives on a node without the writer's next attempt renewing it: while
 // it lives, the node admits no new reader, so that a stream of readers cannot
-// starve the writer. A writer that gives up leaves it to expire.
+// starve the writer. A writer that gives up removes it (LeaveWrite); where
+// that does not land, it expires.
 const RWWaitMark = 500 * time.Millisecond
 
 // rwRetryMax bounds a waiting writer's wait between attempts, so that its
@@ -144,6 +145,13 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 		return done(zero, err)
 	}
 	defer c.leaveCall()
+	marked := false // a refused writer may have left its mark on some nodes
+	fail := func(err error) (T, error) {
+		if marked {
+			c.leaveWrite(resource, writer) // new readers need not wait for it to expire
+		}
+		return done(zero, err)
+	}
 	var rw *releaseWatch
 	defer func() {
 		if rw != nil {
@@ -161,11 +169,15 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			return done(v, nil)
 		}
 		var qe *QuorumError
-		if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
-			return done(zero, err)
+		isQE := errors.As(err, &qe)
+		if isQE && qe.Refused > 0 && writer != "" {
+			marked = true
+		}
+		if !isQE || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+			return fail(err)
 		}
 		if failedWith(qe, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
-			return done(zero, err) // so many nodes refuse the commands that no attempt can win
+			return fail(err) // so many nodes refuse the commands that no attempt can win
 		}
 		if rw == nil && qe.Refused > 0 {
 			// Held: listen for its release, and try again at once (it may
@@ -176,11 +188,30 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 		woken, err := waitRetry(ctx, rw, nil, c.stop, backoff(lc.retryMin, retryMax, attempt))
 		if err != nil {
 			qe.Cause = err
-			return done(zero, qe)
+			return fail(qe)
 		}
 		if woken == wokeRemote {
 			rw.gather(ctx, gatherMax)
 		}
+	}
+}
+
+// leaveWrite removes the mark that the waiting writer (its id) may have
+// left on the nodes, in the background, on the client's cleanup context:
+// the WLock call gave up. A node whose breaker is open is skipped (the mark
+// expires by itself within RWWaitMark).
+func (c *Client) leaveWrite(resource, writer string) {
+	key := c.lockKey(resource)
+	for i, n := range c.nodes {
+		if !c.health[i].allow() {
+			continue
+		}
+		c.spawn(func() {
+			ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
+			defer cancel()
+			_, err := n.LeaveWrite(ctx, key, writer)
+			c.recordCall(i, err)
+		})
 	}
 }
 

@@ -848,3 +848,61 @@ func BenchmarkRWLock(b *testing.B) {
 		})
 	}
 }
+
+// leaveCounter is a node that counts LeaveWrite calls, and those that
+// removed a mark.
+type leaveCounter struct {
+	*node.Redis
+	calls, removed *atomic.Int32
+}
+
+func (n leaveCounter) LeaveWrite(ctx context.Context, key, writer string) (bool, error) {
+	ok, err := n.Redis.LeaveWrite(ctx, key, writer)
+	n.calls.Add(1)
+	if ok {
+		n.removed.Add(1)
+	}
+	return ok, err
+}
+
+// TestRWWriterGivesUp: a writer that waited for readers and gave up (its
+// context ended) removes its mark from the nodes, so that new readers need
+// not wait for it to expire (RWWaitMark); one that got the lock leaves
+// nothing to remove.
+func TestRWWriterGivesUp(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var calls, removed atomic.Int32
+	var nodes []node.Node
+	for _, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, leaveCounter{n, &calls, &removed})
+	}
+	c, err := redlock.New(nodes)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxT(t, 20*time.Second)
+	r, err := c.RLock(ctx, "gives-up")
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = c.WLock(wctx, "gives-up")
+	require.ErrorIs(t, err, redlock.ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	// The marks are removed in the background: every node is asked, and
+	// those where the reader refused the writer had its mark (at least 2;
+	// 1 is allowed, for an attempt still on its way when the call gave up,
+	// whose mark lands after the removal and expires by itself).
+	require.Eventually(t, func() bool { return calls.Load() == 3 }, 10*time.Second, time.Millisecond)
+	assert.Positive(t, removed.Load(), "the writer's marks were not removed")
+	r2, err := c.RLock(ctx, "gives-up")
+	require.NoError(t, err)
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, r2.Release(ctx))
+
+	w, err := c.WLock(ctx, "gives-up") // granted at once: no mark, nothing to leave
+	require.NoError(t, err)
+	require.NoError(t, w.Release(ctx))
+	assert.Equal(t, int32(3), calls.Load())
+}

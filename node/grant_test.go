@@ -226,6 +226,10 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 		_, err := n.AcquireWrite(ctx, k, k+":fence", "t", time.Second, "w", time.Second)
 		return err
 	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.LeaveWrite(ctx, k, "w")
+		return err
+	},
 }
 
 // observeLayouts runs layoutCalls with the server logging every command

@@ -23,6 +23,9 @@ var rwExtendSrc string
 //go:embed rwrelease.lua
 var rwReleaseSrc string
 
+//go:embed rwleave.lua
+var rwLeaveSrc string
+
 var (
 	// Both acquisitions grant (a reader, or the writer's lock key): the
 	// restart quarantine refuses them.
@@ -30,6 +33,7 @@ var (
 	rwWriteScript   = newGrantScript("rwwrite", 4, 1, rwWriteSrc)
 	rwExtendScript  = newScript("rwextend", 1, 0, rwExtendSrc).withHolders(1)
 	rwReleaseScript = newScript("rwrelease", 2, 1, rwReleaseSrc).withHolders(2)
+	rwLeaveScript   = newScript("rwleave", 2, 1, rwLeaveSrc)
 )
 
 // withHolders records that KEYS[pos] of s is a container of holders that
@@ -65,6 +69,11 @@ type RWLocker interface {
 	// wait that refuses new readers (AcquireRead) so that they cannot starve
 	// it; its next attempts renew the mark, and its grant removes it.
 	AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, wait time.Duration) (Acquired, error)
+	// LeaveWrite removes the mark of the waiting writer (AcquireWrite's
+	// writer id) if it is still its own, and then tells key's watchers, so
+	// that new readers need not wait for it to expire; it reports whether
+	// the mark was the writer's.
+	LeaveWrite(ctx context.Context, key, writer string) (bool, error)
 }
 
 // ReaderKeys returns the keys of key's readers (a sorted set) and of its
@@ -103,6 +112,12 @@ func AcquireWriteCall(key, fenceKey, token string, ttl time.Duration, writer str
 		[]any{token, msArg(ttl), writer, max(wait.Milliseconds(), 1)}}
 }
 
+// LeaveWriteCall is RWLocker.LeaveWrite's call.
+func LeaveWriteCall(key, writer string) Call {
+	_, w := ReaderKeys(key)
+	return Call{Script{rwLeaveScript}, []string{key, w}, []any{writer}}
+}
+
 var _ RWLocker = (*Scripted)(nil)
 
 // AcquireRead implements RWLocker.
@@ -139,6 +154,11 @@ func (s *Scripted) ReleaseRead(ctx context.Context, key, token string, notify bo
 // AcquireWrite implements RWLocker.
 func (s *Scripted) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, wait time.Duration) (Acquired, error) {
 	return s.acquire(ctx, AcquireWriteCall(key, fenceKey, token, ttl, writer, wait))
+}
+
+// LeaveWrite implements RWLocker.
+func (s *Scripted) LeaveWrite(ctx context.Context, key, writer string) (bool, error) {
+	return s.flag(ctx, LeaveWriteCall(key, writer))
 }
 
 // takeBackTimeout bounds the release that takes back a grant Granted

@@ -102,3 +102,39 @@ func (s *suite) readWrite(t *testing.T, n node.Node, k keys) {
 		t.Fatal("a reader refused after the writer released")
 	}
 }
+
+// leaveWrite checks RWLocker.LeaveWrite: a waiting writer's mark is removed
+// by its own id only, and its removal tells key's watchers.
+func (s *suite) leaveWrite(t *testing.T, n node.Node, k keys) {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if a, err := n.AcquireRead(c, k.lock, token(), time.Minute); err != nil || !a.OK {
+		t.Fatalf("AcquireRead on a fresh key: %+v, %v", a, err)
+	}
+	if a, err := n.AcquireWrite(c, k.lock, k.fence, token(), time.Minute, "writer-1", time.Minute); err != nil || a.OK {
+		t.Fatalf("AcquireWrite while a reader holds: %+v, %v; want refused", a, err)
+	}
+	ok, err := n.LeaveWrite(c, k.lock, "writer-2")
+	must(t, "LeaveWrite of another writer", ok, err, false)
+	if a, err := n.AcquireRead(c, k.lock, token(), time.Minute); err != nil || a.OK {
+		t.Fatalf("AcquireRead while the writer's mark stays: %+v, %v; want refused", a, err)
+	}
+	watch, stop, err := n.Watch(c, k.lock)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	defer stop()
+	drain(watch)
+	ok, err = n.LeaveWrite(c, k.lock, "writer-1")
+	must(t, "LeaveWrite of the writer", ok, err, true)
+	select {
+	case <-watch:
+	case <-c.Done():
+		t.Fatal("LeaveWrite was not notified within 20s")
+	}
+	if a, err := n.AcquireRead(c, k.lock, token(), time.Minute); err != nil || !a.OK {
+		t.Fatalf("AcquireRead once the writer left: %+v, %v", a, err)
+	}
+	ok, err = n.LeaveWrite(c, k.lock, "writer-1")
+	must(t, "LeaveWrite twice", ok, err, false)
+}

@@ -281,6 +281,24 @@ func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, e
 	return token, eligible, suspect, !present, present && len(eligible) >= quorum.Majority(len(replies))
 }
 
+// fenceOrGiveBack obtains the token of a lock just granted with WithFence,
+// or gives the lock back. A grant that cannot fence while another could
+// (errCounterNotHeld) is like a refusal: the error matches ErrNotAcquired,
+// Lock tries again and its waiter keeps its place; any other failure is
+// returned as it is.
+func (l *Lock) fenceOrGiveBack(ctx context.Context) error {
+	_, err := l.fenceEntered(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errCounterNotHeld):
+		l.abandonAndWait()
+		return l.c.failed("acquire", l.resource, ErrNotAcquired, errCounterNotHeld)
+	}
+	l.abandon()
+	return err
+}
+
 // countersOnMajority reports whether a majority of all the nodes answered the
 // acquisition (granted or refused) with a counter.
 func countersOnMajority(replies []quorum.Reply[node.Acquired]) bool {

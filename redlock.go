@@ -480,14 +480,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
 	if lc.fence {
-		if _, err := l.fenceEntered(ctx); err != nil {
-			if errors.Is(err, errCounterNotHeld) {
-				// Like a refusal: Lock tries again (a grant on the nodes that
-				// have the counter fences, and repairs those it holds without).
-				l.abandonAndWait()
-				return nil, c.failed("acquire", resource, ErrNotAcquired, errCounterNotHeld)
-			}
-			l.abandon()
+		if err := l.fenceOrGiveBack(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -85,6 +85,13 @@ func TestEveryLuaFileIsAScript(t *testing.T) {
 //     must set and grant the lock key at least once, or the probe no longer
 //     reaches it. Building the states, a queue's release must leave the lock
 //     key free.
+//
+// A container of holders (the readers of a read-write lock: Script.Holders)
+// is granted by adding to it, as the lock key by writing it: an unmarked
+// script may not add to it (statically: any write but a ZADD XX update of
+// members already there; on the server: a member live after the run that
+// was not before, a lapsed reader revived included, from the reader states
+// too), and a marked script that declares one must add a holder in the probe.
 func TestGrantScriptsAreMarked(t *testing.T) {
 	srv := redistest.Start(t)
 	c, err := redis.Dial("tcp", srv.Addr())
@@ -96,6 +103,13 @@ func TestGrantScriptsAreMarked(t *testing.T) {
 	}
 	layouts := observeLayouts(t, srv, c)
 	p := newProber(t, srv, c)
+	// rw: every container of holders that a script declares (Script.Holders)
+	// is watched in every run: a new live member is a grant.
+	for _, s := range node.Scripts() {
+		if l, ok := layouts[s.Hash()]; ok && s.Holders() > 0 && s.Holders() <= len(l.keys) && !slices.Contains(p.holderKeys, l.keys[s.Holders()-1]) {
+			p.holderKeys = append(p.holderKeys, l.keys[s.Holders()-1])
+		}
+	}
 
 	grants := map[string]bool{}
 	for _, s := range node.Scripts() {
@@ -107,6 +121,11 @@ func TestGrantScriptsAreMarked(t *testing.T) {
 			if !s.Grants() {
 				assert.Empty(t, lockWrites(s.Source(), s.LockKey()),
 					"%s may write its lock key (KEYS[%d]) but is not marked as a grant script", s.Name(), s.LockKey())
+				// rw: a container of holders (readers) is granted by adding to it.
+				if s.Holders() > 0 {
+					assert.Empty(t, holderWrites(s.Source(), s.Holders()),
+						"%s may add to its holders (KEYS[%d]) but is not marked as a grant script", s.Name(), s.Holders())
+				}
 			}
 			l, ok := layouts[s.Hash()]
 			require.True(t, ok, "no Node method in layoutCalls runs %s: add the one that does", s.Name())
@@ -117,16 +136,20 @@ func TestGrantScriptsAreMarked(t *testing.T) {
 			argc, fillers := scriptArgs(t, s, l.argc)
 			argvs := combinations(fillers, argc)
 			r := p.probe(t, s, l, argvs)
-			grants[s.Name()] = r.granted > 0
-			t.Logf("%d runs (%d arguments of %q, %d states): lock key events %v, %d granted, waiters woken %d times",
-				r.runs, argc, fillers, len(probeStates), r.events, r.granted, r.woken)
+			grants[s.Name()] = r.granted > 0 || r.holderGrants > 0
+			t.Logf("%d runs (%d arguments of %q, %d states): lock key events %v, %d granted, %d added holders, waiters woken %d times",
+				r.runs, argc, fillers, len(probeStates), r.events, r.granted, r.holderGrants, r.woken)
+			if s.Grants() && s.Holders() > 0 { // rw: grants holders (readers), not the lock key
+				assert.Positive(t, r.holderGrants, "%s is marked as a grant script but never added a holder: is the probe still right?", s.Name())
+				return
+			}
 			if s.Grants() {
 				assert.Positive(t, r.events["set"], "%s is marked as a grant script but never set the lock key: is the probe still right?", s.Name())
 				assert.Positive(t, r.granted, "%s is marked as a grant script but never granted the lock: is the probe still right?", s.Name())
 				return
 			}
 			if len(r.grants) > 0 {
-				t.Errorf("%s wrote its lock key in %d runs (the first below): mark it newGrantScript", s.Name(), len(r.grants))
+				t.Errorf("%s wrote its lock key (or added a holder) in %d runs (the first below): mark it newGrantScript", s.Name(), len(r.grants))
 			}
 			for _, g := range r.grants[:min(len(r.grants), 5)] {
 				t.Errorf("%s: %s", s.Name(), g)
@@ -194,6 +217,27 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 		return err
 	},
 	func(ctx context.Context, n *node.Redis, k string) error { return n.LeaveQueue(ctx, k, "w/1") },
+	// rw: read-write locks.
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.AcquireRead(ctx, k, "r", time.Second)
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.ExtendRead(ctx, k, "r", time.Second)
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.ReleaseRead(ctx, k, "r", true)
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.AcquireWrite(ctx, k, k+":fence", "t", time.Second, "w", time.Second)
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.LeaveWrite(ctx, k, "w")
+		return err
+	},
 }
 
 // observeLayouts runs layoutCalls with the server logging every command
@@ -375,6 +419,34 @@ var probeStates = []probeState{
 	{name: "fq-mine", holder: probeToken, build: steps(hold(heldToken), queue(unheard, listened, probeToken), hold(probeToken))},
 	{name: "fq-free", build: steps(hold(heldToken), queue(unheard, listened, probeToken), unlock)},
 	{name: "fq-released", build: steps(hold(heldToken), queue(listened, probeToken, unheard), release(), unlock)},
+	// rw: readers (one of them the probe's token, or the probe's lapsed),
+	// and a writer waiting for them (its mark).
+	{name: "rd-held", build: steps(read(heldToken, probeTTL), read(probeToken, probeTTL))},
+	{name: "rd-lapsed", build: steps(read(heldToken, probeTTL), read(probeToken, time.Millisecond))},
+	{name: "rd-waiting", build: steps(read(heldToken, probeTTL), read(probeToken, probeTTL), waitWrite(listened))},
+}
+
+// read adds the reader token for ttl (rw).
+func read(token string, ttl time.Duration) stateStep {
+	return func(ctx context.Context, n *node.Redis, _ redis.Conn, k string) error {
+		a, err := n.AcquireRead(ctx, k, token, ttl)
+		if err == nil && !a.OK {
+			err = fmt.Errorf("reader %s refused", token)
+		}
+		return err
+	}
+}
+
+// waitWrite has the writer id attempt the write lock, refused by the
+// readers: it leaves its mark (rw).
+func waitWrite(id string) stateStep {
+	return func(ctx context.Context, n *node.Redis, _ redis.Conn, k string) error {
+		a, err := n.AcquireWrite(ctx, k, k+":fence", "t-"+id, probeTTL, id, probeTTL)
+		if err == nil && a.OK {
+			err = fmt.Errorf("writer %s granted while readers hold", id)
+		}
+		return err
+	}
 }
 
 // prober runs scripts on a redis-server that notifies every write of a
@@ -389,6 +461,9 @@ type prober struct {
 	// once on the lock key "t:<state>:L".
 	templates map[string][]string
 	holders   map[string]string // what each template's lock key holds ("": none)
+	// holderKeys: the suffixes of the containers of holders (readers: rw),
+	// whose new live members are grants.
+	holderKeys []string
 }
 
 const (
@@ -472,6 +547,7 @@ func newProber(t *testing.T, srv *redistest.Server, c redis.Conn) *prober {
 			p.templates[st.name] = append(p.templates[st.name], strings.TrimPrefix(key, k))
 		}
 	}
+	time.Sleep(10 * time.Millisecond) // rw: the lapsed reader's 1 ms lease is over
 	return p
 }
 
@@ -482,6 +558,9 @@ type probeResult struct {
 	granted int            // runs after which the lock key held a new value
 	woken   int64          // wake-ups the listening client received
 	grants  []string       // the runs that wrote the lock key other than by deleting or extending it
+	// holderGrants: runs after which a container of holders had a live
+	// member it had not before (rw: a reader added, or a lapsed one revived).
+	holderGrants int
 }
 
 // probe runs s, called as l, with each argv from each probe state, each run
@@ -496,6 +575,7 @@ func (p *prober) probe(t *testing.T, s node.Script, l layout, argvs [][]any) pro
 	for _, st := range probeStates {
 		lock := func(i int) string { return fmt.Sprintf("p:%s:%s:%d:L", s.Name(), st.name, i) }
 		holder := p.holders[st.name]
+		since, live := p.liveHolders(t, "t:"+st.name+":L") // rw
 		for i := range argvs {
 			for _, suffix := range p.templates[st.name] {
 				require.NoError(t, p.c.Send("COPY", "t:"+st.name+":L"+suffix, lock(i)+suffix))
@@ -513,6 +593,11 @@ func (p *prober) probe(t *testing.T, s node.Script, l layout, argvs [][]any) pro
 		require.NoError(t, p.c.Send("PUBLISH", markChannel, "end "+mark))
 		for i := range argvs {
 			require.NoError(t, p.c.Send("GET", lock(i)))
+		}
+		for i := range argvs { // rw: the holders live after the run
+			for _, suffix := range p.holderKeys {
+				require.NoError(t, p.c.Send("ZRANGEBYSCORE", lock(i)+suffix, since, "+inf"))
+			}
 		}
 		require.NoError(t, p.c.Flush())
 		for range len(argvs) * len(p.templates[st.name]) {
@@ -536,6 +621,18 @@ func (p *prober) probe(t *testing.T, s node.Script, l layout, argvs [][]any) pro
 				err = nil
 			}
 			require.NoError(t, err)
+		}
+		added := make([][]string, len(argvs)) // rw: holders live after a run and not before
+		for i := range argvs {
+			for _, suffix := range p.holderKeys {
+				members, err := redis.Strings(p.c.Receive())
+				require.NoError(t, err)
+				for _, m := range members {
+					if !slices.Contains(live[suffix], m) {
+						added[i] = append(added[i], suffix+" "+m)
+					}
+				}
+			}
 		}
 
 		run := map[string]int{}
@@ -577,6 +674,11 @@ func (p *prober) probe(t *testing.T, s node.Script, l layout, argvs [][]any) pro
 				r.granted++
 				write = true
 			}
+			if len(added[i]) > 0 {
+				r.holderGrants++
+				write = true
+				events[i] = append(events[i], fmt.Sprintf("holders added %q", added[i]))
+			}
 			if write {
 				then := "then no lock key"
 				if present[i] {
@@ -589,6 +691,22 @@ func (p *prober) probe(t *testing.T, s node.Script, l layout, argvs [][]any) pro
 	}
 	r.woken = p.syncWoken(t, s.Name()) - woken
 	return r
+}
+
+// liveHolders returns the node's time in ms, and the members of the
+// containers of holders (p.holderKeys) beside the lock key k whose lease
+// ends after it (rw).
+func (p *prober) liveHolders(t *testing.T, k string) (since int64, live map[string][]string) {
+	t.Helper()
+	now, err := redis.Int64s(p.c.Do("TIME"))
+	require.NoError(t, err)
+	since = now[0]*1000 + now[1]/1000
+	live = map[string][]string{}
+	for _, suffix := range p.holderKeys {
+		live[suffix], err = redis.Strings(p.c.Do("ZRANGEBYSCORE", k+suffix, since, "+inf"))
+		require.NoError(t, err)
+	}
+	return since, live
 }
 
 // syncWoken returns how many wake-ups the listener received, once it has
@@ -616,6 +734,13 @@ var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key strin
 	},
 	"fairacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
+	}},
+	// rw: a reader, a writer (waiting: it would leave a mark if refused).
+	"rwread": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
+		return n.AcquireRead(ctx, key, "r-new", 10*time.Second)
+	}},
+	"rwwrite": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
+		return n.AcquireWrite(ctx, key, key+":fence", "t-new", 10*time.Second, "w", time.Second)
 	}},
 }
 

@@ -65,6 +65,8 @@ type Node interface {
 	// --- end holder metadata ---
 	Queuer
 	Watcher
+	// RWLocker: read-write locks (rw.go).
+	RWLocker
 	// Ping checks that the node answers, within ctx and the node's timeout
 	// (the lock client's breaker probes a failing node with it).
 	Ping(ctx context.Context) error
@@ -295,6 +297,9 @@ type script struct {
 	// grants (the restart quarantine) refuses every such script: see
 	// newGrantScript and grantScript.
 	grants bool
+	// holders: the position (1-based) in KEYS of a container of holders
+	// that share it (readers: rw.go), or 0; Script.Holders.
+	holders int
 }
 
 // scripts holds every script of the package, by SHA-1 and by source, so that

@@ -31,6 +31,12 @@ func (s Script) Name() string { return s.s.name }
 // queue only).
 func (s Script) LockKey() int { return s.s.lock }
 
+// Holders returns the position (1-based) among the script's keys of a
+// container of holders who share it (the readers of a read-write lock, a
+// sorted set of tokens), or 0 when it takes none. Adding a member to it
+// grants, as writing the lock key does: only a script that Grants may.
+func (s Script) Holders() int { return s.s.holders }
+
 // Grants reports whether the script can grant a lock: create the lock key
 // or overwrite it with a new token. A node must refuse every such
 // script while it refuses grants (the restart quarantine); the others

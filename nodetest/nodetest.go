@@ -18,7 +18,9 @@
 // on its own channel; it queues a waiter only with a ticket within
 // node.TicketBound of the server's clock and reports that clock; Ping answers; two
 // lock clients over two such nodes exclude each other, fence and hand the lock
-// over; every call returns promptly on a cancelled context and, with
+// over; read-write locks (rw.go): readers share, a writer excludes them and
+// its mark keeps new readers out until it is granted or leaves, mixed
+// reader TTLs never shorten the readers' set; every call returns promptly on a cancelled context and, with
 // WithPause, with an error by its deadline on a server that stopped answering.
 //
 // The package is part of the core module (it imports the lock client), but
@@ -104,6 +106,8 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"TicketBound", s.ticketBound},
 		{"Ping", s.ping},
 		{"CancelledContext", s.cancelled},
+		{"ReadWrite", s.readWrite},   // rw.go
+		{"LeaveWrite", s.leaveWrite}, // rw.go
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := s.node(t)
@@ -221,6 +225,11 @@ func (s *suite) quarantine(t *testing.T, restart func(t *testing.T)) {
 			"AcquireFair": func() (node.Acquired, error) {
 				return n.AcquireFair(c, k.lock, k.fence, token(), time.Minute, waiter("q/"+token(), time.Now().UnixMicro(), 0))
 			},
+			// rw.go: a reader, a writer.
+			"AcquireRead": func() (node.Acquired, error) { return n.AcquireRead(c, k.lock+"-rw", token(), time.Minute) },
+			"AcquireWrite": func() (node.Acquired, error) {
+				return n.AcquireWrite(c, k.lock+"-rw", k.fence+"-rw", token(), time.Minute, "w", time.Second)
+			},
 		}
 		for op, call := range grants {
 			// The first call after a restart may be the one that finds
@@ -261,6 +270,9 @@ func (s *suite) quarantine(t *testing.T, restart func(t *testing.T)) {
 		}
 		if ok, err := n.ReleaseFair(c, k.lock, tok, "q/1"); err != nil || ok {
 			t.Fatalf("ReleaseFair on a node %s: %v, %v; want false, no error", name, ok, err)
+		}
+		if _, err := n.LeaveWrite(c, k.lock+"-rw", "w"); err != nil { // rw.go
+			t.Fatalf("LeaveWrite on a node %s: %v", name, err)
 		}
 		if err := n.Ping(c); err != nil {
 			t.Fatalf("Ping on a node %s: %v", name, err)
@@ -586,7 +598,7 @@ func drain(ch <-chan struct{}) {
 	}
 }
 
-// calls are the five Node calls on k with token tok.
+// calls are the Node calls on k with token tok.
 func calls(n node.Node, k keys, tok string) map[string]func(context.Context) error {
 	return map[string]func(context.Context) error{
 		"Acquire": func(c context.Context) error {
@@ -623,6 +635,27 @@ func calls(n node.Node, k keys, tok string) map[string]func(context.Context) err
 			return err
 		},
 		"Ping": func(c context.Context) error { return n.Ping(c) },
+		// rw.go: read-write locks.
+		"AcquireRead": func(c context.Context) error {
+			_, err := n.AcquireRead(c, k.lock+"-rw", tok, time.Minute)
+			return err
+		},
+		"ExtendRead": func(c context.Context) error {
+			_, err := n.ExtendRead(c, k.lock+"-rw", tok, time.Minute)
+			return err
+		},
+		"ReleaseRead": func(c context.Context) error {
+			_, err := n.ReleaseRead(c, k.lock+"-rw", tok, true)
+			return err
+		},
+		"AcquireWrite": func(c context.Context) error {
+			_, err := n.AcquireWrite(c, k.lock+"-rw", k.fence+"-rw", tok, time.Minute, "calls/w", time.Second)
+			return err
+		},
+		"LeaveWrite": func(c context.Context) error {
+			_, err := n.LeaveWrite(c, k.lock+"-rw", "calls/w")
+			return err
+		},
 	}
 }
 

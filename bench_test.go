@@ -234,3 +234,68 @@ func BenchmarkThroughput(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCampaignHandoff: 4 candidates, each with a client of its own,
+// campaign for one election; each leader resigns at once. It reports the
+// time from a leader's Resign call to the next leader's Campaign returning
+// (median; a term and a record written on a majority), at N = 1, 3 and 5.
+func BenchmarkCampaignHandoff(b *testing.B) {
+	for _, n := range []int{1, 3, 5} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
+			servers := redistest.StartN(b, n)
+			const candidates = 4
+			clients := make([]*redlock.Client, candidates)
+			for i := range clients {
+				c, err := redlock.Dial(redistest.URLs(servers))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				clients[i] = c
+			}
+			ctx := context.Background()
+			var (
+				mu        sync.Mutex
+				resigned  time.Time
+				handoffs  []time.Duration
+				remaining = int64(b.N)
+			)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, c := range clients {
+				wg.Go(func() {
+					for {
+						mu.Lock()
+						if remaining <= 0 {
+							mu.Unlock()
+							return
+						}
+						remaining--
+						mu.Unlock()
+						ld, err := c.Campaign(ctx, "bench-election", "candidate")
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						if !resigned.IsZero() {
+							handoffs = append(handoffs, time.Since(resigned))
+						}
+						resigned = time.Now()
+						mu.Unlock()
+						if err := ld.Resign(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			if len(handoffs) > 0 {
+				sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+				b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds())/1000, "handoff-p50-ms")
+			}
+		})
+	}
+}

@@ -44,7 +44,7 @@ func modelSeeds() int {
 	case testing.Short():
 		return 4
 	}
-	return 24
+	return 48
 }
 
 // modelRun is what one seed of a model recorded.

@@ -48,6 +48,9 @@ type Grant struct {
 	Token uint64
 	// Writes are the holder's writes to the resource.
 	Writes []Write
+	// Read marks a read lock of a read-write lock (CheckRW); the other
+	// checks ignore it.
+	Read bool
 }
 
 // Write is one write to the protected resource.
@@ -156,19 +159,28 @@ func overlaps(grants []*Grant) (found []Overlap, loose int) {
 			if latest(a.Started, b.Started).Before(earliest(a.End(), b.End())) {
 				loose++
 			}
-			from := latest(a.Acquired, b.Acquired)
-			to := earliest(a.occupancyEnd(), b.occupancyEnd())
-			if !from.Before(to) {
-				continue
+			if o, ok := overlap(grants, i, j); ok {
+				found = append(found, o)
 			}
-			o := Overlap{A: i, B: j, From: from, To: to, Lease: from.Before(earliest(a.End(), b.End()))}
-			if b.Acquired.Before(a.Acquired) {
-				o.A, o.B = j, i
-			}
-			found = append(found, o)
 		}
 	}
 	return found, loose
+}
+
+// overlap reports whether grants i and j occupied the resource at once, for
+// a positive duration.
+func overlap(grants []*Grant, i, j int) (Overlap, bool) {
+	a, b := grants[i], grants[j]
+	from := latest(a.Acquired, b.Acquired)
+	to := earliest(a.occupancyEnd(), b.occupancyEnd())
+	if !from.Before(to) {
+		return Overlap{}, false
+	}
+	o := Overlap{A: i, B: j, From: from, To: to, Lease: from.Before(earliest(a.End(), b.End()))}
+	if b.Acquired.Before(a.Acquired) {
+		o.A, o.B = j, i
+	}
+	return o, true
 }
 
 func tokenOrder(grants []*Grant) []TokenIssue {

@@ -185,7 +185,15 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			rw = c.watchKey(ctx, c.lockKey(resource))
 			continue
 		}
-		woken, err := waitRetry(ctx, rw, nil, c.stop, backoff(lc.retryMin, retryMax, attempt))
+		watch := rw
+		gaveBack := errors.Is(err, errCounterNotHeld)
+		if gaveBack {
+			watch = nil // its own give-back's releases would wake it at once (waiting.wait)
+		}
+		woken, err := waitRetry(ctx, watch, nil, c.stop, backoff(lc.retryMin, retryMax, attempt))
+		if gaveBack && rw != nil {
+			rw.forget()
+		}
 		if err != nil {
 			qe.Cause = err
 			return fail(qe)

@@ -207,6 +207,7 @@ type waiting struct {
 	p        pace
 	rw       *releaseWatch // nil until the call is a waiter
 	last     *QuorumError  // the last attempt's refusal
+	gaveBack bool          // the last attempt was granted and given back (errCounterNotHeld)
 }
 
 // queue makes the call a waiter, ticketed with the nodes' clock (0: unknown,
@@ -236,6 +237,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err
 	}
 	w.last = qe
+	w.gaveBack = errors.Is(qe, errCounterNotHeld)
 	if failedWith(w.last, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
@@ -287,7 +289,19 @@ func (w *waiting) yieldPlace() {
 // backoff after attempt; it returns the error that ends the call (ctx ended,
 // or the client closed).
 func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) error {
-	woken, err := waitRetry(ctx, w.rw, local, w.c.stop, w.p.backoff(w.lc, attempt))
+	rw := w.rw
+	if w.gaveBack {
+		// The give-back's own releases notify (this call, as the head, or
+		// anyone listening on the lock key) and poke this client's queue:
+		// woken by them, the call would try again at once, and be granted
+		// and give back again and again while the grants miss the nodes
+		// with the counter. It backs off instead, and forgets them.
+		rw, local = nil, nil
+	}
+	woken, err := waitRetry(ctx, rw, local, w.c.stop, w.p.backoff(w.lc, attempt))
+	if w.gaveBack && w.rw != nil {
+		w.rw.forget()
+	}
 	if err != nil {
 		if w.last == nil {
 			return w.c.failed("acquire", w.resource, ErrNotAcquired, err)
@@ -390,6 +404,14 @@ func (rw *releaseWatch) forward(i int, released <-chan struct{}) {
 
 // drain drops a pending notification.
 func (rw *releaseWatch) drain() { drain(rw.notify) }
+
+// forget drops the notifications heard so far (gather without the wait).
+func (rw *releaseWatch) forget() {
+	for i := range rw.noted {
+		rw.noted[i].Store(false)
+	}
+	rw.drain()
+}
 
 // gather waits, at most d, until a majority of the nodes notified a release
 // since the last gather: a waiter woken on every node

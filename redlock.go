@@ -271,7 +271,8 @@ func (c *Client) spawn(f func()) {
 
 // Lock acquires the lock on resource, retrying with exponential backoff and full
 // jitter until it succeeds or ctx ends. On failure the error wraps ErrNotAcquired
-// and, when ctx ended, ctx.Err().
+// and, when ctx ended, ctx.Err(). Lock does not wait for the readers of
+// RLock: on a resource read with RLock, write with WLock.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ type Client struct {
 	queues     map[string]*queue    // Lock's waiters per resource
 	freeQueues []*queue             // empty queues, for reuse
 	held       map[string]int       // locks taken through this client and not released, per resource
-	releasing  map[string]*inFlight // per resource: this client's release whose last nodes have not answered yet (closed once they did)
+	releasing  map[string]*inFlight // per resource: its last release by this client that returned before every node answered (awaitOwnRelease)
 	nreleasing atomic.Int32         // len(releasing): the attempts' fast path
 
 	health    []*nodeHealth        // per node: its breaker, and what Health reports (health.go)

@@ -515,20 +515,26 @@ func TestRWWokenByRelease(t *testing.T) {
 		assert.Less(t, res.at.Sub(released), 3*time.Second, "a reader was not woken by the writer's release (its backoff is uniform in [0, 1m))")
 		rs = append(rs, res.r)
 	}
-	wrote := make(chan time.Time, 1)
+	type wroteRes struct {
+		w   *redlock.Lock
+		at  time.Time
+		err error
+	}
+	wrote := make(chan wroteRes, 1)
 	go func() {
 		w, err := waiter.WLock(ctx, "woken")
-		if assert.NoError(t, err) {
-			wrote <- time.Now()
-			assert.NoError(t, w.Release(ctx))
-		}
+		wrote <- wroteRes{w, time.Now(), err}
 	}()
 	require.NoError(t, rs[0].Release(ctx))
 	require.NoError(t, rs[1].Release(ctx))
 	released = time.Now()
 	select {
-	case at := <-wrote:
-		t.Logf("writer in %v after the last reader's release", at.Sub(released))
+	case res := <-wrote:
+		require.NoError(t, res.err)
+		t.Logf("writer in %v after the last reader's release", res.at.Sub(released))
+		// Released here, not in the goroutine: the test's end closes the
+		// client (a CI run saw that Release fail with "client closed").
+		require.NoError(t, res.w.Release(ctx))
 	case <-ctx.Done():
 		t.Fatal("the writer did not get in")
 	}

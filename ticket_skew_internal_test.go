@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock/node"
@@ -42,12 +43,16 @@ func TestNodeSkewKeepsOneOrder(t *testing.T) {
 	dial := func() *Client {
 		var ns []node.Node
 		for i, s := range servers {
-			r, err := node.Dial(s.URL(), node.WithTimeout(200*time.Millisecond))
+			// Node timeouts of 1 s: a slower answer under load must not
+			// leave a waiter queued on one node only (a CI run saw X never
+			// queued on both within 10 s with 200 ms); C is killed, and
+			// refuses connections at once.
+			r, err := node.Dial(s.URL(), node.WithTimeout(time.Second))
 			require.NoError(t, err)
 			t.Cleanup(func() { r.Close() })
 			ns = append(ns, skewedNode{r, skews[i]})
 		}
-		c, err := New(ns, WithFair(), WithTTL(time.Minute), WithNodeTimeout(200*time.Millisecond),
+		c, err := New(ns, WithFair(), WithTTL(time.Minute), WithNodeTimeout(time.Second),
 			WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
@@ -89,10 +94,13 @@ func TestNodeSkewKeepsOneOrder(t *testing.T) {
 // queued waits until the fair queue q holds n waiters on every server.
 func queued(t *testing.T, servers []*redistest.Server, q string, n int) {
 	t.Helper()
-	for _, s := range servers {
-		require.Eventually(t, func() bool {
+	for i, s := range servers {
+		if !assert.Eventually(t, func() bool {
 			c, err := redis.Int(s.Do("ZCARD", q))
 			return err == nil && c == n
-		}, 10*time.Second, time.Millisecond)
+		}, 10*time.Second, time.Millisecond) {
+			v, _ := redis.Strings(s.Do("ZRANGE", q, 0, -1, "WITHSCORES"))
+			t.Fatalf("node %d: %d waiters wanted in %s, it holds %v", i, n, q, v)
+		}
 	}
 }

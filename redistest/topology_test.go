@@ -3,6 +3,7 @@ package redistest_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -44,8 +45,22 @@ func TestSentinel(t *testing.T) {
 	if p.Addr() == old {
 		t.Fatal("the primary did not change")
 	}
-	if v, err := redis.String(p.Do("GET", "k")); err != nil || v != "v" {
-		t.Fatalf("GET on the new primary: %q %v", v, err)
+	// Read until the key shows (a CI run read nil once, right after the
+	// failover); if it never does, say what each server's replication was.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := redis.String(p.Do("GET", "k"))
+		if err == nil && v == "v" {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, s := range set.Servers {
+				info, _ := redis.String(s.Do("INFO", "replication"))
+				t.Logf("%s: %s", s.Addr(), info)
+			}
+			t.Fatalf("GET on the new primary %s: %q %v", p.Addr(), v, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

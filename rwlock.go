@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlock-go/redlock/clock"
@@ -228,36 +227,7 @@ func (c *Client) leaveWrite(resource, writer string) {
 // once one node confirmed its subscription (or all failed, or the node
 // timeout passed).
 func (c *Client) watchKey(ctx context.Context, key string) *releaseWatch {
-	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
-	rw.noted = make([]atomic.Bool, len(c.nodes))
-	rw.need = quorum.Majority(len(c.nodes))
-	confirmed := make(chan bool, len(c.nodes))
-	for i, n := range c.nodes {
-		rw.wg.Add(1)
-		go func() {
-			defer rw.wg.Done()
-			ch, stop, err := n.Watch(ctx, key)
-			rw.addStop(stop)
-			confirmed <- err == nil && stop != nil
-			if ch == nil {
-				return
-			}
-			rw.forward(i, ch)
-		}()
-	}
-	for range c.nodes {
-		select {
-		case ok := <-confirmed:
-			if ok {
-				return rw
-			}
-		case <-ctx.Done():
-			return rw
-		}
-	}
-	return rw
+	return c.watchChannel(ctx, key)
 }
 
 // writeOps is a write acquisition's round (roundOps): the write-acquire

@@ -346,12 +346,18 @@ type releaseWatch struct {
 // turn. It returns as soon as one node confirmed its subscription (or all
 // failed, or the node timeout passed): from then on a release is not missed.
 func (c *Client) watchReleases(ctx context.Context, key string, w *place) *releaseWatch {
+	return c.watchChannel(ctx, node.WaiterChannel(key, w.ID))
+}
+
+// watchChannel listens for release notifications on channel on every node;
+// it returns once one node confirmed its subscription (or all failed, or the
+// node timeout passed).
+func (c *Client) watchChannel(ctx context.Context, channel string) *releaseWatch {
 	rw := &releaseWatch{notify: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
 	defer cancel() // unconfirmed subscriptions stay registered and may still deliver
 	rw.noted = make([]atomic.Bool, len(c.nodes))
 	rw.need = quorum.Majority(len(c.nodes))
-	channel := node.WaiterChannel(key, w.ID)
 	confirmed := make(chan bool, len(c.nodes))
 	for i, n := range c.nodes {
 		rw.wg.Add(1)

@@ -290,10 +290,15 @@ func TestWithMetadata(t *testing.T) {
 	// Release returns at a majority: the last node's delete may land later,
 	// and until then its record is the holder's (a leftover on one node).
 	key := redlock.LockKey(redlock.DefaultKeyPrefix, "job")
+	// The record was written on a majority when Lock returned; the last
+	// node's write may land after the release there, and is then refused
+	// (writemeta.lua writes only beside the writer's own lock key).
+	records := 0
 	for _, s := range servers {
 		require.Eventually(t, func() bool { return len(s.Keys(key)) == 0 }, 5*time.Second, 5*time.Millisecond)
-		assert.Len(t, s.Keys(key+":meta"), 1, "the record stays, until its TTL")
+		records += len(s.Keys(key + ":meta"))
 	}
+	assert.GreaterOrEqual(t, records, 2, "the record stays on a majority, until its TTL")
 	_, err = c.Leader(ctx, "job")
 	require.ErrorIs(t, err, redlock.ErrNoLeader, "a released holder's record is not read")
 

@@ -5,17 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/clock"
-	"github.com/redlock-go/redlock/node"
 )
 
 // envTerm names the environment variable that gives COMMAND the leader's term.
@@ -70,82 +64,28 @@ Examples:
 func electCmd(args []string, stdout, stderr io.Writer) int {
 	var o runOptions
 	flags := newFlagSet("elect", stderr)
-	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
-	durationVar(flags, &o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3 (at least "+minRunTTL.String()+")")
-	durationVar(flags, &o.wait, "wait", 0, "how long to campaign before giving up (0: until elected)")
-	durationVar(flags, &o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the leadership is lost (0: SIGKILL at once)")
-	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
-	durationVar(flags, &o.quarantine, "restart-quarantine", 0,
-		"a node up less than `D` (or that restarted within D) grants no lock, as node.WithRestartQuarantine(D) (0: off)")
-	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the election's keys")
+	o.register(flags, "how long to campaign before giving up (0: until elected)",
+		"time between SIGTERM and SIGKILL when the leadership is lost (0: SIGKILL at once)",
+		"a node up less than `D` (or that restarted within D) grants no lock, as node.WithRestartQuarantine(D) (0: off)",
+		"`PREFIX` of the election's keys")
 	host, _ := os.Hostname()
 	value := flags.String("value", fmt.Sprintf("%s pid %d", host, os.Getpid()), "the leader's `VALUE`, shown by redlock status")
-	o.conn.register(flags)
 	help := fmt.Sprintf(electHelpText, flagHelp(flags), connEnvHelp)
 
 	name, argv, code, ok := parseNamed(flags, "elect", args, help, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(argv) == 0 {
-		return usageError(stderr, "elect", "missing COMMAND: redlock elect [flags] %s -- COMMAND [ARGS...]", name)
-	}
-	for _, c := range []struct {
-		name      string
-		d         time.Duration
-		allowZero bool
-	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}, {"restart-quarantine", o.quarantine, true}} {
-		if err := checkDuration(c.name, c.d, c.allowZero); err != nil {
-			return configError(stderr, "elect", "%v", err)
+	r, code := o.prepare("elect", flags, name, argv, stdout, stderr, true, func() error {
+		if len(*value) > redlock.MaxMetadataLen {
+			return fmt.Errorf("--value of %d bytes exceeds %d", len(*value), redlock.MaxMetadataLen)
 		}
+		return nil
+	})
+	if r == nil {
+		return code
 	}
-	if len(*value) > redlock.MaxMetadataLen {
-		return configError(stderr, "elect", "--value of %d bytes exceeds %d", len(*value), redlock.MaxMetadataLen)
-	}
-	ns, err := parseNodes(o.nodes, flagGiven(flags, "nodes"))
-	if err == nil {
-		err = o.conn.apply(ns)
-	}
-	if err != nil {
-		return configError(stderr, "elect", "%v", err)
-	}
-	if o.ttl < minRunTTL {
-		return configError(stderr, "elect", "--ttl %v: too short: redlock elect must take the lock and renew it (every TTL/3) "+
-			"well within the TTL less its drift allowance (%v); give at least %v", o.ttl, clock.Drift(o.ttl, clock.DefaultDriftFactor), minRunTTL)
-	}
-
-	r := &runner{o: o, name: name, ns: ns, answers: newAnswers(ns.names), elect: true}
-	nodeOpts := ns.nodeOptions()
-	if o.quarantine > 0 {
-		nodeOpts = append(nodeOpts, node.WithRestartQuarantine(o.quarantine))
-	}
-	client, err := redlock.Dial(ns.urls, redlock.WithTTL(o.ttl), redlock.WithNodeTimeout(o.nodeTimeout),
-		redlock.WithKeyPrefix(o.prefix), redlock.WithNodeOptions(nodeOpts...),
-		redlock.WithHooks(redlock.Hooks{OnAttempt: r.answers.attempted, OnNodeReply: r.answers.replied,
-			OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
-	if err != nil {
-		return configError(stderr, "elect", "%s", ns.scrub(invalidMessage(err)))
-	}
-	defer client.Close()
-	r.client = client
-
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if cmd.Err != nil {
-		if errors.Is(cmd.Err, exec.ErrNotFound) {
-			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
-			return exitNotFound
-		}
-		fmt.Fprintf(stderr, "redlock: %s: %v\n", argv[0], cmd.Err)
-		return exitCannotStart
-	}
-	if strings.ContainsRune(argv[0], os.PathSeparator) {
-		if _, err := os.Stat(argv[0]); errors.Is(err, fs.ErrNotExist) {
-			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
-			return exitNotFound
-		}
-	}
-	r.cmd = cmd
-	r.stdout, r.stderr = childWriters(stdout, stderr)
+	defer r.client.Close()
 	return r.runLeading(*value)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -138,23 +139,46 @@ func (e *interrupted) Error() string { return "interrupted by " + e.sig.String()
 func runCmd(args []string, stdout, stderr io.Writer) int {
 	var o runOptions
 	flags := newFlagSet("run", stderr)
-	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
-	durationVar(flags, &o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3 (at least "+minRunTTL.String()+")")
-	durationVar(flags, &o.wait, "wait", 0, "how long to wait for the lock (0: one attempt)")
-	durationVar(flags, &o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)")
-	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
-	durationVar(flags, &o.quarantine, "restart-quarantine", 0,
-		"a node up less than `D` (or that restarted within D) grants no lock, as node.WithRestartQuarantine(D): set D ≥ the longest TTL when nodes run without persistence (0: off)")
-	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, "`PREFIX` of the lock's keys")
-	o.conn.register(flags)
+	o.register(flags, "how long to wait for the lock (0: one attempt)",
+		"time between SIGTERM and SIGKILL when the lock is lost (0: SIGKILL at once)",
+		"a node up less than `D` (or that restarted within D) grants no lock, as node.WithRestartQuarantine(D): set D ≥ the longest TTL when nodes run without persistence (0: off)",
+		"`PREFIX` of the lock's keys")
 	help := fmt.Sprintf(runHelpText, flagHelp(flags), connEnvHelp)
 
 	name, argv, code, ok := parseNamed(flags, "run", args, help, stdout, stderr)
 	if !ok {
 		return code
 	}
+	r, code := o.prepare("run", flags, name, argv, stdout, stderr, false, nil)
+	if r == nil {
+		return code
+	}
+	defer r.client.Close()
+	return r.run()
+}
+
+// register registers the flags redlock run and redlock elect share; the
+// help texts say what --wait, --grace, --restart-quarantine and --key-prefix
+// mean to each.
+func (o *runOptions) register(flags *flag.FlagSet, waitHelp, graceHelp, quarantineHelp, prefixHelp string) {
+	flags.StringVar(&o.nodes, "nodes", "", "comma-separated node `URLS` (default $"+envNodes+")")
+	durationVar(flags, &o.ttl, "ttl", redlock.DefaultTTL, "lease asked of each node; renewed every TTL/3 (at least "+minRunTTL.String()+")")
+	durationVar(flags, &o.wait, "wait", 0, waitHelp)
+	durationVar(flags, &o.grace, "grace", 10*time.Second, graceHelp)
+	durationVar(flags, &o.nodeTimeout, "node-timeout", redlock.DefaultNodeTimeout, "bound on each call to one node")
+	durationVar(flags, &o.quarantine, "restart-quarantine", 0, quarantineHelp)
+	flags.StringVar(&o.prefix, "key-prefix", redlock.DefaultKeyPrefix, prefixHelp)
+	o.conn.register(flags)
+}
+
+// prepare is what redlock run and redlock elect (verb) do between parsing the
+// command line and taking the lock: it checks the options (and check, when
+// given), dials the client with the runner's hooks, and finds COMMAND. It
+// returns the runner, whose client the caller closes, or nil and the exit
+// status, having said why on stderr.
+func (o runOptions) prepare(verb string, flags *flag.FlagSet, name string, argv []string, stdout, stderr io.Writer, elect bool, check func() error) (*runner, int) {
 	if len(argv) == 0 {
-		return usageError(stderr, "run", "missing COMMAND: redlock run [flags] %s -- COMMAND [ARGS...]", name)
+		return nil, usageError(stderr, verb, "missing COMMAND: redlock %s [flags] %s -- COMMAND [ARGS...]", verb, name)
 	}
 	for _, c := range []struct {
 		name      string
@@ -162,7 +186,12 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		allowZero bool
 	}{{"ttl", o.ttl, false}, {"wait", o.wait, true}, {"grace", o.grace, true}, {"node-timeout", o.nodeTimeout, false}, {"restart-quarantine", o.quarantine, true}} {
 		if err := checkDuration(c.name, c.d, c.allowZero); err != nil {
-			return configError(stderr, "run", "%v", err)
+			return nil, configError(stderr, verb, "%v", err)
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, configError(stderr, verb, "%v", err)
 		}
 	}
 	ns, err := parseNodes(o.nodes, flagGiven(flags, "nodes"))
@@ -170,10 +199,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		err = o.conn.apply(ns)
 	}
 	if err != nil {
-		return configError(stderr, "run", "%v", err)
+		return nil, configError(stderr, verb, "%v", err)
 	}
 
-	r := &runner{o: o, name: name, ns: ns, answers: newAnswers(ns.names)}
+	r := &runner{o: o, name: name, ns: ns, answers: newAnswers(ns.names), elect: elect}
 	nodeOpts := ns.nodeOptions()
 	if o.quarantine > 0 {
 		nodeOpts = append(nodeOpts, node.WithRestartQuarantine(o.quarantine))
@@ -183,37 +212,36 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		redlock.WithHooks(redlock.Hooks{OnAttempt: r.answers.attempted, OnNodeReply: r.answers.replied,
 			OnRenewalFailure: r.renewalFailed, OnExtend: r.extended}))
 	if err != nil { // it does not connect: only bad input fails it
-		return configError(stderr, "run", "%s", ns.scrub(invalidMessage(err)))
+		return nil, configError(stderr, verb, "%s", ns.scrub(invalidMessage(err)))
 	}
-	defer client.Close()
-	r.client = client
 	// The library refuses a TTL within its drift allowance (above); a lock
 	// that must be renewed while COMMAND runs needs more.
 	if o.ttl < minRunTTL {
-		return configError(stderr, "run", "--ttl %v: too short: redlock run must take the lock and renew it (every TTL/3) "+
-			"well within the TTL less its drift allowance (%v); give at least %v", o.ttl, clock.Drift(o.ttl, clock.DefaultDriftFactor), minRunTTL)
+		client.Close()
+		return nil, configError(stderr, verb, "--ttl %v: too short: redlock %s must take the lock and renew it (every TTL/3) "+
+			"well within the TTL less its drift allowance (%v); give at least %v", o.ttl, verb, clock.Drift(o.ttl, clock.DefaultDriftFactor), minRunTTL)
 	}
 
 	// A command that cannot be found is reported before the lock is taken.
 	cmd := exec.Command(argv[0], argv[1:]...)
-	if cmd.Err != nil {
-		if errors.Is(cmd.Err, exec.ErrNotFound) {
-			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
-			return exitNotFound
-		}
+	notFound := errors.Is(cmd.Err, exec.ErrNotFound)
+	if cmd.Err == nil && strings.ContainsRune(argv[0], os.PathSeparator) {
+		_, err := os.Stat(argv[0])
+		notFound = errors.Is(err, fs.ErrNotExist)
+	}
+	switch {
+	case notFound:
+		client.Close()
+		fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
+		return nil, exitNotFound
+	case cmd.Err != nil:
+		client.Close()
 		fmt.Fprintf(stderr, "redlock: %s: %v\n", argv[0], cmd.Err)
-		return exitCannotStart
+		return nil, exitCannotStart
 	}
-	if strings.ContainsRune(argv[0], os.PathSeparator) {
-		if _, err := os.Stat(argv[0]); errors.Is(err, fs.ErrNotExist) {
-			fmt.Fprintf(stderr, "redlock: %s: command not found\n", argv[0])
-			return exitNotFound
-		}
-	}
-
-	r.cmd = cmd
+	r.client, r.cmd = client, cmd
 	r.stdout, r.stderr = childWriters(stdout, stderr)
-	return r.run()
+	return r, 0
 }
 
 // runner is one redlock run.

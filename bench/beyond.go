@@ -168,7 +168,7 @@ func writeBeyond(p func(string, ...any), b *Beyond) {
 		p("\n### Leader election: hand-over (%d candidates, %v per N and scenario in %d rounds)\n\n", b.ElectionCandidates, b.ElectionDuration, b.Rounds)
 		p("%d candidates, each a client of its own, campaign for one election; a leader resigns at once (`Resign`) and campaigns again once another candidate leads. ", b.ElectionCandidates)
 		p("The hand-over is the time from a leader's `Resign` call to the next leader's `Campaign` returning: its grant, its term (the fence round) and its record written on a majority. ")
-		p("The reference is the same clients contending for a plain lock (`Lock`, `Release`; the `contended, separate clients` scenario).\n\n")
+		p("The reference is the same clients contending for a plain lock in the same way (`Lock`, then `Release` at once, as in `contended, separate clients`).\n\n")
 		p("| N | hand-over p50 | p99 | elections/s | fairness min/max | sent/op | cmds/op | lock hand-over p50 (ref) | ÷ ref p50 | ref cmds/op | ÷ ref cmds/op | samples | errors |\n")
 		p("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, r := range b.Election {

@@ -18,7 +18,13 @@
 //     the command's clients-adapters phase;
 //   - the scenarios (Sequential, Throughput, Contended) and the report writers
 //     (WriteMarkdown, WriteSVG) used by the command cmd/redlock-bench, which
-//     produces docs/benchmarks.md and docs/benchmarks.svg.
+//     produces docs/benchmarks.md and docs/benchmarks.svg; and for its section
+//     "Beyond a mutex" (Beyond, issue 27), the same scenarios over lockers that
+//     campaign and resign (ElectionLocker) or take read and write locks
+//     (RWLocker), and the semaphore comparison (SemaphoreCells, RunSemaphore:
+//     the shipped slots design against a counting-quorum prototype, which at
+//     N=1 is a single-node Redisson-style baseline), also printed on its own by
+//     cmd/redlock-sem-bench.
 //
 // The testing.B benchmarks of this package (go test -run - -bench .) measure the
 // same operations with the standard tooling.

@@ -36,6 +36,9 @@ type Report struct {
 	Settings []string
 	Notes    []string
 	Results  []Result
+	// Beyond, when set, is written as the section "Beyond a mutex" (leader
+	// election, semaphore, read-write lock), after the results.
+	Beyond *Beyond
 }
 
 // Find returns the result of scenario for lib at n nodes.
@@ -303,7 +306,8 @@ func cpuCell(r Result) string {
 }
 
 // WriteMarkdown writes the report as markdown: provenance, the targets,
-// one table of every scenario × library × N, and how each scenario is measured.
+// one table of every scenario × library × N, the section "Beyond a mutex"
+// when the report has one (Beyond), and how each scenario is measured.
 func WriteMarkdown(w io.Writer, rep *Report) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -376,6 +380,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"), num(r.ReqsPerOp, "%.1f"), num(r.CmdsPerOp, "%.1f"), cpuCell(r), samples, errs, rep.vsRedsync(r))
 	}
 	p("\n![p50 latency and throughput per library and N](benchmarks.svg)\n")
+	if rep.Beyond != nil {
+		writeBeyond(p, rep.Beyond)
+	}
 	if len(rep.Settings) > 0 {
 		p("\n## How it is measured\n\n")
 		for _, s := range rep.Settings {

@@ -370,6 +370,22 @@ type SemaphoreResult struct {
 	MostHolders       int // the most holders at once (at most Permits)
 	P50Wait, P99Wait  time.Duration
 	HolderUtilisation float64 // mean holders / Permits over the run
+	// ClientCPU and ServerCPU are the CPU time (user + system) of this
+	// process and of the N servers over the run, when RunSemaphore measured
+	// them; -1 when unknown, 0 when not measured.
+	ClientCPU, ServerCPU time.Duration
+	// NotRun reports a cell that RunSemaphore skipped (SemaphoreCell.Runs):
+	// only the design, N, permits, Q and Tolerance are filled in.
+	NotRun bool
+}
+
+// CPUPerAcq returns the CPU time per acquisition of d (ClientCPU or
+// ServerCPU), or 0 when unknown.
+func (r SemaphoreResult) CPUPerAcq(d time.Duration) time.Duration {
+	if d <= 0 || r.Acquisitions == 0 {
+		return 0
+	}
+	return d / time.Duration(r.Acquisitions)
 }
 
 // SemaphoreScenario runs cfg.Goroutines goroutines that acquire a permit of
@@ -432,4 +448,116 @@ func SemaphoreScenario(ss []Semaphorer, cfg SemaphoreConfig) SemaphoreResult {
 		r.P99Wait = waits[len(waits)*99/100]
 	}
 	return r
+}
+
+// SemaphoreCell is one measurement of the semaphore comparison: a design at
+// some number of permits over N nodes.
+type SemaphoreCell struct {
+	Design     string
+	Permits, N int
+}
+
+// Q returns how many nodes a permit needs: a majority for the slots, or
+// quorum.Counting(Permits, N) for the counting design.
+func (c SemaphoreCell) Q() int {
+	if c.Design == DesignSlots {
+		return quorum.Majority(c.N)
+	}
+	return quorum.Counting(c.Permits, c.N)
+}
+
+// Tolerance returns how many nodes may fail while permits are still granted
+// (N − Q), as SlotSemaphore.Tolerance and CountingSemaphore.Tolerance do.
+func (c SemaphoreCell) Tolerance() int { return c.N - c.Q() }
+
+// Runs reports whether the cell is measured: the slots design always; the
+// counting design at N=1, where it is the single-node Redisson-style
+// baseline, and where it tolerates a failed node (none at N=3 for n ≥ 2,
+// at N=5 for n ≥ 4, at N=7 for n ≥ 6).
+func (c SemaphoreCell) Runs() bool {
+	return c.Design == DesignSlots || c.N == 1 || c.Tolerance() > 0
+}
+
+// SemaphoreCells returns, for every number of permits and then of nodes, the
+// slots cell and the counting cell, in that order.
+func SemaphoreCells(permits, nodes []int) []SemaphoreCell {
+	var out []SemaphoreCell
+	for _, n := range permits {
+		for _, N := range nodes {
+			out = append(out, SemaphoreCell{DesignSlots, n, N}, SemaphoreCell{DesignCounting, n, N})
+		}
+	}
+	return out
+}
+
+// SemaphoreRun configures RunSemaphore.
+type SemaphoreRun struct {
+	// Cluster holds at least N servers; a cell at N uses the first N.
+	Cluster *Cluster
+	// Duration and Hold are those of SemaphoreConfig.
+	Duration, Hold time.Duration
+	// PerPermit goroutines contend per permit, at least 4 in all.
+	PerPermit int
+	// Clients are separate clients (each its own connections and semaphore
+	// object) sharing the goroutines; at least 1.
+	Clients int
+}
+
+// Goroutines returns the goroutines of a cell of permits permits.
+func (cfg SemaphoreRun) Goroutines(permits int) int { return max(4, cfg.PerPermit*permits) }
+
+// RunSemaphore empties the servers, then measures cell on fresh semaphores
+// called name (SemaphoreScenario) with the CPU time of this process and of
+// the servers; a cell that does not run (SemaphoreCell.Runs) is returned as
+// NotRun without touching the servers. Permits of the counting design are
+// leased for TTL. A failed Close counts as an error of the result; more
+// holders at once than permits is an error of the call.
+func RunSemaphore(ctx context.Context, cfg SemaphoreRun, cell SemaphoreCell, name string) (SemaphoreResult, error) {
+	if !cell.Runs() {
+		return SemaphoreResult{Design: cell.Design, N: cell.N, Permits: cell.Permits, Q: cell.Q(), Tolerance: cell.Tolerance(), NotRun: true}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return SemaphoreResult{}, err
+	}
+	if cell.N > len(cfg.Cluster.Servers) {
+		return SemaphoreResult{}, fmt.Errorf("bench: semaphore at N=%d over %d servers", cell.N, len(cfg.Cluster.Servers))
+	}
+	if err := cfg.Cluster.Flush(); err != nil {
+		return SemaphoreResult{}, err
+	}
+	var ss []Semaphorer
+	closeAll := func() error {
+		var errs []error
+		for _, s := range ss {
+			errs = append(errs, s.Close())
+		}
+		return errors.Join(errs...)
+	}
+	for range max(1, cfg.Clients) {
+		var s Semaphorer
+		var err error
+		if cell.Design == DesignSlots {
+			s, err = NewSlotSemaphore(cfg.Cluster.URLs(cell.N), name, cell.Permits)
+		} else {
+			s, err = NewCountingSemaphore(cfg.Cluster.Addrs(cell.N), name, cell.Permits, TTL, true)
+		}
+		if err != nil {
+			return SemaphoreResult{}, errors.Join(err, closeAll())
+		}
+		ss = append(ss, s)
+	}
+	serverCPU := CPUMeter(func() (time.Duration, error) { return cfg.Cluster.CPUTime(cell.N) })
+	client0, server0 := processCPU(), serverCPU.read()
+	r := SemaphoreScenario(ss, SemaphoreConfig{Goroutines: cfg.Goroutines(cell.Permits), Duration: cfg.Duration, Hold: cfg.Hold})
+	r.ClientCPU, r.ServerCPU = deltaKnown(client0, processCPU()), deltaKnown(server0, serverCPU.read())
+	if err := closeAll(); err != nil { // counted, as a failed call would be
+		r.Errors++
+		if r.FirstErr == nil {
+			r.FirstErr = fmt.Errorf("close: %w", err)
+		}
+	}
+	if r.MostHolders > cell.Permits {
+		return r, fmt.Errorf("bench: %s, n=%d, N=%d: %d holders at once", cell.Design, cell.Permits, cell.N, r.MostHolders)
+	}
+	return r, nil
 }

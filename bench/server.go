@@ -104,6 +104,25 @@ func StartCluster(bin string, n int) (*Cluster, error) {
 	return c, nil
 }
 
+// Grow starts servers (the binary bin) until the cluster has n at least; the
+// servers it had are left as they are. On error, those it started are
+// killed.
+func (c *Cluster) Grow(bin string, n int) error {
+	var started []*Server
+	for len(c.Servers)+len(started) < n {
+		s, err := StartServer(bin)
+		if err != nil {
+			for _, s := range started {
+				s.Close()
+			}
+			return err
+		}
+		started = append(started, s)
+	}
+	c.Servers = append(c.Servers, started...)
+	return nil
+}
+
 // URLs returns the redis:// URLs of the first n servers.
 func (c *Cluster) URLs(n int) []string {
 	out := make([]string, n)

@@ -10,8 +10,18 @@
 // Scenarios: sequential Lock+Release latency and allocations; throughput with 32
 // goroutines on keys of their own; handoff latency and fairness with 8
 // goroutines on one key; sequential latency at N=5 with one node paused
-// (SIGSTOP) and with one killed (SIGKILL). The defaults take about a minute and
-// a half on two cores.
+// (SIGSTOP) and with one killed (SIGKILL). Then the section "Beyond a mutex"
+// (issue 27): leader election hand-over (Resign → the next Campaign
+// returning) at N=1, 3, 5 beside a plain lock's; semaphore acquisitions/s and
+// fault tolerance, the shipped slots design against the counting-quorum
+// design where it tolerates a failed node (n=2, 8, 64 permits at N=3, 5, 7)
+// and against the single-node Redisson-style baseline at N=1 (the cells of
+// bench.SemaphoreCells, as cmd/redlock-sem-bench runs them; two more
+// redis-server processes are started for N=7); uncontended RLock, WLock and
+// Lock at N=1, 3, 5. The defaults take about two and a half minutes on two
+// cores, half a minute of it for the new section; -phases
+// election,semaphore,rwlock runs that section alone, and -election-duration,
+// -sem-duration and -rw-iters shorten it.
 //
 // The clients-adapters phase, run only when -phases names it, compares redlock
 // over its own redigo node with redlock over the goredis and rueidis adapter
@@ -69,6 +79,13 @@ type flags struct {
 	phases          string
 	adapterNodes    string
 	adapterNs       []int // adapterNodes, parsed
+	// The "Beyond a mutex" phases (election, semaphore, rwlock).
+	electionDuration   time.Duration
+	electionCandidates int
+	semDuration        time.Duration
+	semHold            time.Duration
+	semPerPermit       int
+	rwIters            int
 }
 
 func main() {
@@ -89,8 +106,14 @@ func main() {
 	flag.IntVar(&f.clients, "clients", 8, "separate clients of the separate-clients scenarios")
 	flag.DurationVar(&f.clientsDuration, "clients-duration", 3*time.Second, "time of each separate-clients run")
 	flag.DurationVar(&f.clientsHold, "clients-hold", 0, "how long a separate client holds the lock")
-	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all but clients-adapters): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed,clients-adapters")
+	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all but clients-adapters): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed,election,semaphore,rwlock,clients-adapters")
 	flag.StringVar(&f.adapterNodes, "adapters-nodes", "5", "comma-separated N of the clients-adapters phase (1, 3 or 5; each adds 3 × -rounds × -clients-duration)")
+	flag.DurationVar(&f.electionDuration, "election-duration", 1500*time.Millisecond, "time of the election hand-over runs, and of their plain-lock reference, at each N (in all rounds)")
+	flag.IntVar(&f.electionCandidates, "election-candidates", 4, "separate clients campaigning in the election phase")
+	flag.DurationVar(&f.semDuration, "sem-duration", time.Second, "measured time of each semaphore cell (17 cells run: n=2, 8, 64 at N=1, 3, 5, 7)")
+	flag.DurationVar(&f.semHold, "sem-hold", time.Millisecond, "how long a goroutine holds its permit in the semaphore phase")
+	flag.IntVar(&f.semPerPermit, "sem-contenders", 2, "goroutines per permit in the semaphore phase (at least 4 in all)")
+	flag.IntVar(&f.rwIters, "rw-iters", 600, "measured acquire+release pairs per kind of lock (Lock, RLock, WLock) and N in the rwlock phase (in all rounds)")
 	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
 	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
@@ -101,7 +124,8 @@ func main() {
 	if err != nil {
 		log.Print(err)
 	}
-	if flag.NArg() > 0 || err != nil || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 {
+	if flag.NArg() > 0 || err != nil || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 ||
+		f.electionDuration <= 0 || f.electionCandidates < 2 || f.semDuration <= 0 || f.semPerPermit < 1 || f.rwIters < 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -167,9 +191,10 @@ func run(f flags) error {
 		optional bool // run only when -phases names it
 	}{{"sequential", r.sequential, false}, {"throughput", r.throughput, false}, {"contended", r.contended, false}, {"clients", r.clients, false},
 		{"clients-fair", r.clientsFair, false}, {"clients-paused", r.clientsPaused, false}, {"paused", r.paused, false}, {"killed", r.killed, false},
+		{"election", r.election, false}, {"semaphore", r.semaphore, false}, {"rwlock", r.rwlock, false},
 		{"clients-adapters", r.clientsAdapters, true}}
 	for _, p := range phases {
-		if f.phases == "" && p.optional || f.phases != "" && !slices.Contains(strings.Split(f.phases, ","), p.name) {
+		if !f.runs(p.name, p.optional) {
 			continue
 		}
 		if err := p.run(); err != nil {
@@ -188,10 +213,22 @@ func run(f flags) error {
 	}
 	rep.Settings = settings(f)
 	rep.Notes = append(notes(rep, f), r.adapterNotes...)
+	if rep.Beyond != nil {
+		rep.Notes = append(rep.Notes, rep.Beyond.Notes()...)
+	}
 	for _, t := range rep.Targets() {
 		log.Printf("target: %s: %s (met: %v)", t.Name, t.Measured, t.Met)
 	}
 	return write(rep, f.docs)
+}
+
+// runs reports whether phase runs: named by -phases, or by default when it
+// is not optional.
+func (f flags) runs(phase string, optional bool) bool {
+	if f.phases == "" {
+		return !optional
+	}
+	return slices.Contains(strings.Split(f.phases, ","), phase)
 }
 
 // lockers returns size fresh lockers of lib over the first n servers, after
@@ -466,6 +503,145 @@ func (r *runner) clientsAdapters() error {
 	t := fmt.Sprintf("adapters within %.0f %% of the redigo node, N=%s (medians of %d runs)", 100*bench.AdapterTolerance, r.f.adapterNodes, r.f.rounds)
 	log.Printf("target: %s (met: %v)", t, allMet)
 	r.adapterNotes = append(r.adapterNotes, fmt.Sprintf("%s: met: %v", t, allMet))
+	return nil
+}
+
+// beyond returns the report's "Beyond a mutex" section, made on first use.
+func (r *runner) beyond() *bench.Beyond {
+	if r.rep.Beyond == nil {
+		r.rep.Beyond = &bench.Beyond{Rounds: r.f.rounds}
+	}
+	return r.rep.Beyond
+}
+
+// election runs f.electionCandidates separate candidates for one election
+// (bench.ElectionLocker: Campaign, then Resign at once) at N=1, 3, 5, and the
+// same clients contending for a plain lock as its reference, in f.rounds
+// rounds of f.electionDuration / f.rounds each.
+func (r *runner) election() error {
+	b := r.beyond()
+	b.ElectionCandidates, b.ElectionDuration = r.f.electionCandidates, r.f.electionDuration
+	ns := []int{1, 3, 5}
+	candidates := map[int][]bench.Locker{}
+	defer func() {
+		for _, ls := range candidates {
+			closeAll(ls)
+		}
+	}()
+	for _, n := range ns {
+		for range r.f.electionCandidates {
+			l, err := bench.NewElectionLocker(r.cl.Addrs(n))
+			if err != nil {
+				return err
+			}
+			candidates[n] = append(candidates[n], l)
+		}
+	}
+	parts := map[string][]bench.Result{}
+	for round := 0; round < r.f.rounds; round++ {
+		for _, n := range ns {
+			ls := candidates[n]
+			plain := make([]bench.Locker, len(ls)) // the same clients, taking a plain lock
+			for i, l := range ls {
+				plain[i] = l.(*bench.ElectionLocker).RedlockLocker
+			}
+			for _, run := range []struct {
+				scenario string
+				ls       []bench.Locker
+			}{{bench.ScenarioElection, ls}, {bench.ScenarioElectionRef, plain}} {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				if err := r.cl.Flush(); err != nil {
+					return err
+				}
+				runtime.GC()
+				cc := bench.ContendedConfig{Duration: r.f.electionDuration / time.Duration(r.f.rounds), Commands: r.counter(ls[0])}
+				key := fmt.Sprintf("%s N=%d", run.scenario, n)
+				parts[key] = append(parts[key], bench.ContendedClients(r.ctx, run.scenario, run.ls, cc))
+			}
+		}
+	}
+	for _, n := range ns {
+		el := bench.Merge(parts[fmt.Sprintf("%s N=%d", bench.ScenarioElection, n)]...)
+		ref := bench.Merge(parts[fmt.Sprintf("%s N=%d", bench.ScenarioElectionRef, n)]...)
+		logResult(el)
+		logResult(ref)
+		b.Election, b.ElectionRef = append(b.Election, el), append(b.ElectionRef, ref)
+	}
+	return nil
+}
+
+// semaphore runs the semaphore comparison (bench.SemaphoreCells: n=2, 8, 64
+// at N=1, 3, 5, 7), each cell once for f.semDuration, on one client; it
+// starts the servers N=7 needs beyond the cluster's five.
+func (r *runner) semaphore() error {
+	b := r.beyond()
+	b.SemRun = bench.SemaphoreRun{Cluster: r.cl, Duration: r.f.semDuration, Hold: r.f.semHold, PerPermit: r.f.semPerPermit, Clients: 1}
+	if err := r.cl.Grow(r.f.redisServer, 7); err != nil {
+		return err
+	}
+	for i, cell := range bench.SemaphoreCells([]int{2, 8, 64}, []int{1, 3, 5, 7}) {
+		res, err := bench.RunSemaphore(r.ctx, b.SemRun, cell, fmt.Sprintf("sem%d", i))
+		if err != nil {
+			return err
+		}
+		if !res.NotRun {
+			log.Printf("semaphore      %-13s n=%-2d N=%d q=%d tolerates=%d acq/s=%-7.0f wait p50=%v p99=%v most=%d cpu/acq=%v+%v errors=%d",
+				res.Design, res.Permits, res.N, res.Q, res.Tolerance, res.AcqPerSec, res.P50Wait.Round(time.Microsecond), res.P99Wait.Round(time.Microsecond),
+				res.MostHolders, res.CPUPerAcq(res.ClientCPU), res.CPUPerAcq(res.ServerCPU), res.Errors)
+		}
+		b.Semaphore = append(b.Semaphore, res)
+	}
+	b.SemRun.Cluster = nil // not the report's
+	return nil
+}
+
+// rwlock measures uncontended Lock, RLock and WLock acquire+release pairs
+// (bench.RWLocker over one client per N) at N=1, 3, 5, in f.rounds rounds
+// that interleave the kinds and N.
+func (r *runner) rwlock() error {
+	const warmup = 50 // per run
+	b := r.beyond()
+	b.RWWarmup, b.RWIters = warmup*r.f.rounds, r.f.rwIters
+	ns := []int{1, 3, 5}
+	clients := map[int]*bench.RedlockLocker{}
+	defer func() {
+		for _, l := range clients {
+			closeAll([]bench.Locker{l})
+		}
+	}()
+	for _, n := range ns {
+		l, err := bench.NewRedlock(r.cl.Addrs(n))
+		if err != nil {
+			return err
+		}
+		clients[n] = l
+	}
+	cfg := bench.SequentialConfig{Warmup: warmup, Iterations: ceilDiv(r.f.rwIters, r.f.rounds), MaxTime: r.f.maxSeq / time.Duration(r.f.rounds), OpTimeout: 10 * time.Second}
+	parts := map[string][]bench.Result{}
+	for round := 0; round < r.f.rounds; round++ {
+		for _, n := range ns {
+			for _, kind := range bench.RWKinds {
+				if err := r.ctx.Err(); err != nil {
+					return err
+				}
+				if err := r.cl.Flush(); err != nil {
+					return err
+				}
+				runtime.GC()
+				key := fmt.Sprintf("%s N=%d", kind, n)
+				parts[key] = append(parts[key], r.sequentialOn(kind, cfg)(&bench.RWLocker{RedlockLocker: clients[n], Kind: kind}))
+			}
+		}
+	}
+	for _, n := range ns {
+		for _, kind := range bench.RWKinds {
+			res := bench.Merge(parts[fmt.Sprintf("%s N=%d", kind, n)]...)
+			logResult(res)
+			b.RW = append(b.RW, res)
+		}
+	}
 	return nil
 }
 
@@ -747,9 +923,13 @@ func depVersion(path string) string {
 }
 
 func settings(f flags) []string {
+	servers := "Five redis-server processes on 127.0.0.1, started once by the command with `--save \"\" --appendonly no`; a run at N nodes uses the first N. " +
+		"Before every run the servers are emptied (FLUSHALL)."
+	if f.runs("semaphore", false) {
+		servers += " The semaphore phase starts two more, for its cells at N=7."
+	}
 	return []string{
-		"Five redis-server processes on 127.0.0.1, started once by the command with `--save \"\" --appendonly no`; a run at N nodes uses the first N. " +
-			"Before every run the servers are emptied (FLUSHALL).",
+		servers,
 		fmt.Sprintf("`sequential`, `throughput` and `contended` run in %d rounds: each round runs every library × N in turn on the same clients, and a row merges its rounds "+
 			"(latencies pooled, operations and time summed), so that a drift of the shared machine weighs on every library alike.", f.rounds),
 		"**redlock** (this module, via `replace`): `redlock.Dial` with its defaults (node timeout 500 ms, retry backoff 4–250 ms with full jitter, its own connection handling) and a 10 s TTL.",

@@ -5,20 +5,23 @@
 // for the counting quorum, q = quorum.Counting(n, N)). The counting design
 // runs only where it tolerates a failed node, and at N=1 as the single-node
 // Redisson-style baseline (the same scripts). It prints a Markdown table.
+//
+// The cells and their measurement are the bench package's (SemaphoreCells,
+// RunSemaphore), which redlock-bench also runs for the "Beyond a mutex"
+// section of docs/benchmarks.md.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redlock-go/redlock/bench"
-	"github.com/redlock-go/redlock/quorum"
 )
 
 func main() {
@@ -68,77 +71,36 @@ func run(bin string, d, hold time.Duration, permits, nodes []int, factor, client
 		d, hold, factor, clients, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| permits n | nodes N | design | q | tolerates | goroutines | acquisitions/s | p50 wait | p99 wait | most holders | client CPU/acq | servers CPU/acq | errors |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	run := 0
-	for _, n := range permits {
-		for _, N := range nodes {
-			for _, design := range []string{bench.DesignSlots, bench.DesignCounting} {
-				if design == bench.DesignCounting && N > 1 && quorum.CountingTolerance(n, N) == 0 {
-					fmt.Printf("| %d | %d | %s | %d | 0 | | not run: no fault tolerance | | | | | | |\n", n, N, design, quorum.Counting(n, N))
-					continue
-				}
-				if err := cl.Flush(); err != nil {
-					return err
-				}
-				run++
-				name := fmt.Sprintf("bench%d", run)
-				var ss []bench.Semaphorer
-				for range clients {
-					var s bench.Semaphorer
-					if design == bench.DesignSlots {
-						s, err = bench.NewSlotSemaphore(cl.URLs(N), name, n)
-					} else {
-						s, err = bench.NewCountingSemaphore(cl.Addrs(N), name, n, 10*time.Second, true)
-					}
-					if err != nil {
-						return err
-					}
-					ss = append(ss, s)
-				}
-				g := max(4, factor*n)
-				cpu0, srv0 := processCPU(), serverCPU(cl, N)
-				r := bench.SemaphoreScenario(ss, bench.SemaphoreConfig{Goroutines: g, Duration: d, Hold: hold})
-				cpu, srv := processCPU()-cpu0, serverCPU(cl, N)-srv0
-				for _, s := range ss {
-					_ = s.Close()
-				}
-				errs := strconv.Itoa(r.Errors)
-				if r.FirstErr != nil {
-					errs += " (" + r.FirstErr.Error() + ")"
-				}
-				label := design
-				if design == bench.DesignCounting && N == 1 {
-					label += ", Redisson-style baseline"
-				}
-				fmt.Printf("| %d | %d | %s | %d | %d | %d | %.0f | %s | %s | %d | %s | %s | %s |\n",
-					n, N, label, r.Q, r.Tolerance, g, r.AcqPerSec, ms(r.P50Wait), ms(r.P99Wait), r.MostHolders,
-					perAcq(cpu, r.Acquisitions), perAcq(srv, r.Acquisitions), errs)
-				if r.MostHolders > n {
-					return fmt.Errorf("%s, n=%d, N=%d: %d holders at once", design, n, N, r.MostHolders)
-				}
-			}
+	cfg := bench.SemaphoreRun{Cluster: cl, Duration: d, Hold: hold, PerPermit: factor, Clients: clients}
+	for i, cell := range bench.SemaphoreCells(permits, nodes) {
+		r, err := bench.RunSemaphore(context.Background(), cfg, cell, fmt.Sprintf("bench%d", i+1))
+		if err != nil {
+			return err
 		}
+		if r.NotRun {
+			fmt.Printf("| %d | %d | %s | %d | 0 | | not run: no fault tolerance | | | | | | |\n", r.Permits, r.N, r.Design, r.Q)
+			continue
+		}
+		errs := strconv.Itoa(r.Errors)
+		if r.FirstErr != nil {
+			errs += " (" + r.FirstErr.Error() + ")"
+		}
+		label := r.Design
+		if r.Design == bench.DesignCounting && r.N == 1 {
+			label += ", Redisson-style baseline"
+		}
+		fmt.Printf("| %d | %d | %s | %d | %d | %d | %.0f | %s | %s | %d | %s | %s | %s |\n",
+			r.Permits, r.N, label, r.Q, r.Tolerance, r.Goroutines, r.AcqPerSec, ms(r.P50Wait), ms(r.P99Wait), r.MostHolders,
+			perAcq(r, r.ClientCPU), perAcq(r, r.ServerCPU), errs)
 	}
 	return nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-func perAcq(d time.Duration, acq int) string {
-	if acq == 0 {
+func perAcq(r bench.SemaphoreResult, d time.Duration) string {
+	if r.Acquisitions == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%.0f µs", float64(d)/float64(acq)/float64(time.Microsecond))
-}
-
-// processCPU returns the CPU time (user + system) of this process.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU returns the CPU time of the first n servers.
-func serverCPU(cl *bench.Cluster, n int) time.Duration {
-	d, _ := cl.CPUTime(n)
-	return d
+	return fmt.Sprintf("%.0f µs", float64(r.CPUPerAcq(d))/float64(time.Microsecond))
 }

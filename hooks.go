@@ -43,7 +43,10 @@ func WithHooks(h Hooks) Option {
 // AttemptEvent describes one acquisition attempt.
 type AttemptEvent struct {
 	Resource string
-	// Acquired is true when the attempt took the lock.
+	// Acquired is true when the attempt took the lock and kept it: false for
+	// a grant given back because its fencing token or holder metadata could
+	// not be written (Agreed then counts a majority; docs/fencing.md §2.6).
+	// OnAttempt follows such a grant once it is given back.
 	Acquired bool
 	// Agreed, Refused and Failed count the node answers when it was decided.
 	Agreed, Refused, Failed int

@@ -473,24 +473,28 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	splitVote := !o.Decided && split.split(ctx)
 	split.stop()
 	now := c.cfg.clock.Now()
-	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
-	c.attempted(resource, lc, o, now.Sub(start), validity)
+	elapsed := now.Sub(start)
+	validity := clock.Validity(l.ttl, elapsed, c.cfg.driftFactor)
 	if !o.Success || validity <= 0 {
+		c.attempted(resource, lc, o, elapsed, validity, false)
 		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote)
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
 	if lc.fence {
 		if err := l.fenceOrGiveBack(ctx); err != nil {
+			c.attempted(resource, lc, o, elapsed, validity, false)
 			return nil, err
 		}
 	}
 	if lc.meta != nil { // holder metadata (meta.go), after the term it carries
 		if err := l.announce(ctx, *lc.meta); err != nil {
 			l.abandon()
+			c.attempted(resource, lc, o, elapsed, validity, false)
 			return nil, err
 		}
 	}
+	c.attempted(resource, lc, o, elapsed, validity, true)
 	return l, nil
 }
 
@@ -515,13 +519,14 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 	return qe
 }
 
-// attempted counts an attempt for Lock's hook and reports it to OnAttempt.
-func (c *Client) attempted(resource string, lc lockConfig, o quorum.Outcome[node.Acquired], elapsed, validity time.Duration) {
+// attempted counts an attempt for Lock's hook and reports it to OnAttempt:
+// acquired is false for a grant given back (its fence or metadata failed).
+func (c *Client) attempted(resource string, lc lockConfig, o quorum.Outcome[node.Acquired], elapsed, validity time.Duration, acquired bool) {
 	if lc.attempts != nil {
 		*lc.attempts++
 	}
 	if h := c.cfg.hooks.OnAttempt; h != nil {
-		h(AttemptEvent{Resource: resource, Acquired: o.Success && validity > 0, Agreed: o.Yes, Refused: o.No,
+		h(AttemptEvent{Resource: resource, Acquired: acquired, Agreed: o.Yes, Refused: o.No,
 			Failed: o.Failed, Elapsed: elapsed, Validity: validity})
 	}
 }

@@ -271,18 +271,21 @@ func (c *Client) tryWrite(ctx context.Context, resource string, lc lockConfig, w
 	splitVote := !o.Decided && split.split(ctx)
 	split.stop()
 	now := c.cfg.clock.Now()
-	validity := clock.Validity(l.ttl, now.Sub(start), c.cfg.driftFactor)
-	c.attempted(resource, lc, o, now.Sub(start), validity)
+	elapsed := now.Sub(start)
+	validity := clock.Validity(l.ttl, elapsed, c.cfg.driftFactor)
 	if !o.Success || validity <= 0 {
+		c.attempted(resource, lc, o, elapsed, validity, false)
 		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote)
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-drift))
 	c.log(ctx, slog.LevelDebug, "write lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
 	if lc.fence {
 		if err := l.fenceOrGiveBack(ctx); err != nil {
+			c.attempted(resource, lc, o, elapsed, validity, false)
 			return nil, err
 		}
 	}
+	c.attempted(resource, lc, o, elapsed, validity, true)
 	return l, nil
 }
 
@@ -343,7 +346,7 @@ func (c *Client) tryRead(ctx context.Context, resource string, lc lockConfig, _ 
 	r.split.stop()
 	now := c.cfg.clock.Now()
 	validity := clock.Validity(r.ttl, now.Sub(start), c.cfg.driftFactor)
-	c.attempted(resource, lc, o, now.Sub(start), validity)
+	c.attempted(resource, lc, o, now.Sub(start), validity, o.Success && validity > 0)
 	if !o.Success || validity <= 0 {
 		// Given up: what was granted is released now, stragglers as they land.
 		for i, rep := range call.Abandon() {

@@ -336,7 +336,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		p("| %s | %s | %s |\n", t.Name, t.Measured, met)
 	}
 
-	p("\n## Ratios to the peers\n\n")
+	p("\n")
+	writeGoals(&b, rep)
+	p("## Ratios to the peers\n\n")
 	p("redlock's figure ÷ the peer's, at the same N (bsm/redislock is single-node: N=1 only). ")
 	p("Below 1 is better for latencies and allocations, above 1 for rates and fairness.\n\n")
 	p("| metric | ÷ go-redsync N=1 | ÷ go-redsync N=3 | ÷ go-redsync N=5 | ÷ bsm/redislock N=1 |\n|---|--:|--:|--:|--:|\n")

@@ -138,3 +138,62 @@ func writeGoals(b *strings.Builder, rep *Report) {
 	}
 	b.WriteString("\n")
 }
+
+// Markers around the table that redlock-bench writes into the README
+// (SpliceReadme); the lines between them are replaced by every run.
+const (
+	ReadmeBegin = "<!-- bench table: written by redlock-bench from the run of docs/benchmarks.md -->"
+	ReadmeEnd   = "<!-- end of bench table -->"
+)
+
+// WriteReadmeTable writes the README's small table: per N, this library's
+// figure with go-redsync's in brackets, for the sequential p50, 32
+// goroutines' ops/s, allocations per Lock+Release and the separate clients'
+// acquisitions/s and fairness.
+func WriteReadmeTable(b *strings.Builder, rep *Report) {
+	ns := []int{1, 3, 5}
+	fmt.Fprintf(b, "| (go-redsync in brackets) | N=1 | N=3 | N=5 |\n|---|--:|--:|--:|\n")
+	row := func(name, scenario string, cell func(Result) string) {
+		fmt.Fprintf(b, "| %s |", name)
+		for _, n := range ns {
+			a, ok1 := rep.Find(scenario, LibRedlock, n)
+			c, ok2 := rep.Find(scenario, LibRedsync, n)
+			switch {
+			case ok1 && ok2:
+				fmt.Fprintf(b, " %s (%s) |", cell(a), cell(c))
+			case ok1:
+				fmt.Fprintf(b, " %s |", cell(a))
+			default:
+				b.WriteString(" – |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	row("Lock+Release p50, ms", ScenarioSequential, func(r Result) string { return ms(r.P50) })
+	row("allocations per Lock+Release", ScenarioSequential, func(r Result) string { return num(r.AllocsPerOp, "%.0f") })
+	row("32 goroutines, own keys, ops/s", ScenarioThroughput, func(r Result) string { return opsS(r.OpsPerSec) })
+	row("separate clients on one key: acquisitions/s", ScenarioClients, func(r Result) string { return opsS(r.OpsPerSec) })
+	row("separate clients on one key: fairness", ScenarioClients, func(r Result) string { return num(r.Fairness, "%.2f") })
+	row("release → another client acquires, p50 ms", ScenarioClients, func(r Result) string { return ms(r.P50) })
+}
+
+// SpliceReadme returns readme with the lines between ReadmeBegin and
+// ReadmeEnd replaced by the report's table, and false when readme lacks the
+// markers (it is then returned as it is).
+func SpliceReadme(readme []byte, rep *Report) ([]byte, bool) {
+	s := string(readme)
+	i := strings.Index(s, ReadmeBegin)
+	if i < 0 {
+		return readme, false
+	}
+	j := strings.Index(s[i:], ReadmeEnd)
+	if j < 0 {
+		return readme, false
+	}
+	var b strings.Builder
+	b.WriteString(s[:i+len(ReadmeBegin)])
+	b.WriteString("\n")
+	WriteReadmeTable(&b, rep)
+	b.WriteString(s[i+j:])
+	return []byte(b.String()), true
+}

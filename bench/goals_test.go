@@ -82,3 +82,31 @@ func TestGoals(t *testing.T) {
 		}
 	}
 }
+
+// TestSpliceReadme: the README's table is replaced between its markers, and
+// nothing else changes; a README without markers is left as it is.
+func TestSpliceReadme(t *testing.T) {
+	rep := fakeReport()
+	before, after := "# Title\n\ntext\n\n", "\n![chart](docs/benchmarks.svg)\n"
+	readme := before + bench.ReadmeBegin + "\n| old | table |\n" + bench.ReadmeEnd + after
+	out, ok := bench.SpliceReadme([]byte(readme), rep)
+	if !ok {
+		t.Fatal("markers not found")
+	}
+	s := string(out)
+	if !strings.HasPrefix(s, before+bench.ReadmeBegin+"\n| (go-redsync in brackets) | N=1 | N=3 | N=5 |\n") ||
+		!strings.HasSuffix(s, "|\n"+bench.ReadmeEnd+after) || strings.Contains(s, "old") {
+		t.Errorf("spliced README:\n%s", s)
+	}
+	// fakeReport: sequential p50 0.100 ms (go-redsync 0.110) at N=1.
+	if !strings.Contains(s, "| Lock+Release p50, ms | 0.100 (0.110) | 0.300 (0.330) | 0.500 (0.550) |") {
+		t.Errorf("no sequential row:\n%s", s)
+	}
+	again, _ := bench.SpliceReadme(out, rep)
+	if string(again) != s {
+		t.Errorf("a second splice changed the README:\n%s", again)
+	}
+	if out, ok := bench.SpliceReadme([]byte("# no markers\n"), rep); ok || string(out) != "# no markers\n" {
+		t.Errorf("without markers: %q, %v", out, ok)
+	}
+}

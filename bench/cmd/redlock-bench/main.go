@@ -744,7 +744,8 @@ func (r *runner) killed() error {
 	return victim.Restart()
 }
 
-// write writes the report as benchmarks.md and benchmarks.svg into docs
+// write writes the report as benchmarks.md and benchmarks.svg into docs, and
+// the README's table (bench.SpliceReadme) into docs/../README.md
 // (nothing when docs is empty), keeping the notes written by hand in the
 // previous benchmarks.md (bench.KeepNotes).
 func write(rep *bench.Report, docs string) error {
@@ -769,6 +770,28 @@ func write(rep *bench.Report, docs string) error {
 		return err
 	}
 	log.Printf("wrote %s and %s in %s", filepath.Join(docs, "benchmarks.md"), filepath.Join(docs, "benchmarks.svg"), rep.Took.Round(time.Second))
+	// The README's small table, from the same run: only from a run that
+	// measured the sequential scenario (not a run of some phases).
+	if _, ok := rep.Find(bench.ScenarioSequential, bench.LibRedlock, 1); !ok {
+		return nil
+	}
+	readme := filepath.Join(docs, "..", "README.md")
+	old, err = os.ReadFile(readme)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	out, ok := bench.SpliceReadme(old, rep)
+	if !ok {
+		log.Printf("%s has no %q: its table is not written", readme, bench.ReadmeBegin)
+		return nil
+	}
+	if err := os.WriteFile(readme, out, 0o644); err != nil {
+		return err
+	}
+	log.Printf("wrote the table of %s", readme)
 	return nil
 }
 

@@ -41,18 +41,28 @@ func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMa
 
 // releaseOn releases key on n; with notify, through the node's waiters'
 // queue, so that only its head is woken. waiter is the id of the waiter the
-// lock was granted to, or empty: it leaves the queue.
+// lock was granted to, or empty: it leaves the queue. args, if set, are
+// the same key, token and waiter laid out already (Lock.args), which a
+// *node.Redis sends as they are.
 //
 // A node whose ACL lacks the queue's commands (a minimal ACL written before
 // the default mode used the queue: docs/operations.md) refuses the queue's
 // release: the lock is then released as by Release, waking the key's
 // watchers, so that such a client's locks still work; its waiters fail
 // with "permission denied".
-func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool) (bool, error) {
+func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool, args *node.LockArgs) (bool, error) {
 	if !notify {
 		return n.Release(ctx, key, token, false)
 	}
-	ok, err := n.ReleaseFair(ctx, key, token, waiter)
+	var (
+		ok  bool
+		err error
+	)
+	if r, isRedis := n.(*node.Redis); isRedis && args != nil { // the same call, its arguments laid out once
+		ok, err = r.ReleaseArgs(ctx, args)
+	} else {
+		ok, err = n.ReleaseFair(ctx, key, token, waiter)
+	}
 	if err != nil && isPermission(err.Error()) {
 		return n.Release(ctx, key, token, true)
 	}

@@ -428,7 +428,7 @@ func (c *Client) probe(i int) {
 	c.logNode(slog.LevelInfo, "node answers again", i, "pending_releases", len(pending), "dropped_releases", dropped)
 	c.healthChanged(i, change)
 	for k, notify := range pending {
-		c.releaseNow(i, k.key, k.token, "", notify)
+		c.releaseNow(i, k.key, k.token, "", notify, nil)
 	}
 }
 

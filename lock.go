@@ -44,6 +44,11 @@ type Lock struct {
 	// keepPlace: given back by its own Lock call, which tries again (set
 	// before the undo of its grants starts: abandonAndWait).
 	keepPlace bool
+
+	// args are the acquisition's and the release's script arguments, laid
+	// out once for every node (set up with the lock, its waiter before the
+	// acquisition starts; read-only after).
+	args node.LockArgs
 }
 
 // releaseOps is Release's round (roundOps): the release of l on a node,
@@ -51,7 +56,7 @@ type Lock struct {
 type releaseOps struct{ l *Lock }
 
 func (r releaseOps) call(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, true)
+	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, true, &r.l.args)
 	return struct{}{}, ok, err
 }
 
@@ -77,7 +82,9 @@ func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}, nil
+	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}
+	l.args.Init(key, fenceKey, token, ttl)
+	return l, nil
 }
 
 // newLockStrings returns a fresh owner token (as newToken) with
@@ -110,7 +117,15 @@ func newLockStrings(prefix, resource string) (token, key, fenceKey string, err e
 // acquireOn is the acquisition's call on one node.
 func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
 	l.c.awaitOwnRelease(ctx, l.resource, i)
-	a, err := n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
+	var (
+		a   node.Acquired
+		err error
+	)
+	if r, ok := n.(*node.Redis); ok { // the same call, its arguments laid out once
+		a, err = r.AcquireArgs(ctx, &l.args)
+	} else {
+		a, err = n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
+	}
 	return l.observe(i, a, err)
 }
 
@@ -142,14 +157,14 @@ func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
 		// Given back by its own Lock call, which goes on waiting: the lock is
 		// free, its waiter keeps its place (a release with the waiter marks it
 		// gone, and the node would refuse its next attempts).
-		l.c.releaseDetached(i, l.key, l.token, "", true)
+		l.c.releaseDetached(i, l.key, l.token, "", true, nil)
 		return
 	}
 	if l.isReleased() {
-		l.c.releaseDetached(i, l.key, l.token, l.waiter, true)
+		l.c.releaseDetached(i, l.key, l.token, l.waiter, true, &l.args)
 		return
 	}
-	l.c.releaseDetached(i, l.key, l.token, "", false)
+	l.c.releaseDetached(i, l.key, l.token, "", false, nil)
 }
 
 // granted records a successful acquisition.

@@ -463,6 +463,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		rd.call = l.acquireQueuedOn(w)
 		rd.undo = l.undoStraggler
 		l.waiter = w.ID
+		l.args.SetWaiter(w.ID)
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
 			c.leaveLate(l.key, w, j, r)
@@ -545,20 +546,20 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 // node timeout: cleanup that the caller's cancellation cannot cut short. For a
 // node whose breaker is open, the release waits (bounded, deduplicated) until
 // the node answers again.
-func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool) {
+func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool, args *node.LockArgs) {
 	if c.health[i].deferRelease(key, token, notify) {
 		return // a waiter still queued there is dropped when its lease runs out
 	}
-	c.releaseNow(i, key, token, waiter, notify)
+	c.releaseNow(i, key, token, waiter, notify, args)
 }
 
 // releaseNow sends a cleanup release to node i through its breaker.
-func (c *Client) releaseNow(i int, key, token, waiter string, notify bool) {
+func (c *Client) releaseNow(i int, key, token, waiter string, notify bool, args *node.LockArgs) {
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
 	err := ErrNodeDown
 	if c.health[i].allow() { // callNode, without a closure
-		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, notify)
+		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, notify, args)
 		c.recordCall(i, err)
 	}
 	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {

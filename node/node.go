@@ -536,6 +536,14 @@ func (e redisEvaler) Eval(ctx context.Context, c Call) (any, error) {
 	return e.r.evalArgs(ctx, s, append(args, c.Args...))
 }
 
+// evalArgv runs script s with EVALSHA's arguments argv laid out already
+// (LockArgs), shared by the calls of every node: copied, since evalArgs
+// replaces the hash on NOSCRIPT.
+func (e redisEvaler) evalArgv(ctx context.Context, s *script, argv []any) (any, error) {
+	var buf [8]any // on the stack: the connection copies what it sends
+	return e.r.evalArgs(ctx, s, append(buf[:0], argv...))
+}
+
 // evalArgs runs a script by SHA-1, and sends its source when the server does not
 // have it (NOSCRIPT: after a restart or SCRIPT FLUSH). A script that can grant
 // a lock is refused while the node is quarantined, whichever method runs it;

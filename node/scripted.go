@@ -150,11 +150,18 @@ func LeaveQueueCall(key, id string) Call {
 var _ Queuer = (*Scripted)(nil)
 
 // run runs c, behind the guards when its script can grant a lock.
-func (s *Scripted) run(ctx context.Context, c Call) (any, error) {
+func (s *Scripted) run(ctx context.Context, c Call) (any, error) { return s.runArgv(ctx, c, nil) }
+
+// runArgv is run; argv, if set, is c's EVALSHA arguments laid out already
+// (LockArgs), which a Redis node sends as they are.
+func (s *Scripted) runArgv(ctx context.Context, c Call, argv []any) (any, error) {
 	if c.Script.Grants() && s.Refusal != nil {
 		if err := s.Refusal(); err != nil {
 			return nil, err
 		}
+	}
+	if e, ok := s.Evaler.(redisEvaler); ok && argv != nil {
+		return e.evalArgv(ctx, c.Script.s, argv)
 	}
 	return s.Evaler.Eval(ctx, c)
 }
@@ -162,7 +169,12 @@ func (s *Scripted) run(ctx context.Context, c Call) (any, error) {
 // acquire runs an acquisition call and reads its reply; a grant that Granted
 // refuses is taken back.
 func (s *Scripted) acquire(ctx context.Context, c Call) (Acquired, error) {
-	reply, err := s.run(ctx, c)
+	return s.acquireArgv(ctx, c, nil)
+}
+
+// acquireArgv is acquire with c's EVALSHA arguments argv (runArgv).
+func (s *Scripted) acquireArgv(ctx context.Context, c Call, argv []any) (Acquired, error) {
+	reply, err := s.runArgv(ctx, c, argv)
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -185,7 +197,12 @@ func (s *Scripted) acquire(ctx context.Context, c Call) (Acquired, error) {
 
 // flag runs a call whose reply is 0 or 1.
 func (s *Scripted) flag(ctx context.Context, c Call) (bool, error) {
-	reply, err := s.run(ctx, c)
+	return s.flagArgv(ctx, c, nil)
+}
+
+// flagArgv is flag with c's EVALSHA arguments argv (runArgv).
+func (s *Scripted) flagArgv(ctx context.Context, c Call, argv []any) (bool, error) {
+	reply, err := s.runArgv(ctx, c, argv)
 	if err != nil {
 		return false, err
 	}

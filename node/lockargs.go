@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"time"
+)
+
+// LockArgs are one lock's Acquire and ReleaseFair calls (AcquireCall,
+// ReleaseFairCall), laid out once for all the nodes of the lock: the lock
+// client sends the same keys and token to every node, and building a Call,
+// boxing its strings into the []any redigo takes and laying EVALSHA's
+// arguments out cost about ten allocations per node and Lock+Release.
+// Redis.AcquireArgs and Redis.ReleaseArgs run them exactly as Acquire and
+// ReleaseFair run the calls they build (the same scripts, arguments and
+// guards). Set them up with Init (and SetWaiter) before their first use;
+// they must not change after it. The zero value is not usable.
+type LockArgs struct {
+	// keys: the acquisition's (key, fence key), then the release's (key,
+	// queue key, queue leases key).
+	keys [5]string
+	// acquire and release are the calls' arguments (ARGV).
+	acquire [2]any // token, TTL ms
+	release [2]any // token, waiter
+	// acquireArgv and releaseArgv are EVALSHA's arguments: the hash, the
+	// number of keys, the keys, ARGV (redisEvaler).
+	acquireArgv [6]any
+	releaseArgv [7]any
+}
+
+// Init lays out the calls of the lock key with token and TTL ttl, as
+// AcquireCall(key, fenceKey, token, ttl) and ReleaseFairCall(key, token, "")
+// (SetWaiter sets another waiter).
+func (a *LockArgs) Init(key, fenceKey, token string, ttl time.Duration) {
+	q, qx := QueueKeys(key)
+	a.keys = [5]string{key, fenceKey, key, q, qx}
+	// Each string boxed once, for every argument list that holds it.
+	k, f, qa, qxa, tok := any(key), any(fenceKey), any(q), any(qx), any(token)
+	a.acquire = [2]any{tok, msArg(ttl)}
+	a.release = [2]any{tok, ""}
+	a.acquireArgv = [6]any{acquireScript.hashArg, acquireScript.keys, k, f, a.acquire[0], a.acquire[1]}
+	a.releaseArgv = [7]any{fairReleaseScript.hashArg, fairReleaseScript.keys, k, qa, qxa, a.release[0], a.release[1]}
+}
+
+// SetWaiter makes the release's call ReleaseFairCall(key, token, waiter).
+func (a *LockArgs) SetWaiter(waiter string) {
+	a.release[1] = waiter
+	a.releaseArgv[6] = a.release[1]
+}
+
+// acquireCall is AcquireCall's Call.
+func (a *LockArgs) acquireCall() Call {
+	return Call{Script: AcquireScript, Keys: a.keys[:2], Args: a.acquire[:]}
+}
+
+// releaseCall is ReleaseFairCall's Call.
+func (a *LockArgs) releaseCall() Call {
+	return Call{Script: Script{fairReleaseScript}, Keys: a.keys[2:], Args: a.release[:]}
+}
+
+// AcquireArgs is Acquire with a's arguments: Acquire(ctx, key, fenceKey,
+// token, ttl) of a.Init.
+func (r *Redis) AcquireArgs(ctx context.Context, a *LockArgs) (Acquired, error) {
+	return r.acquireArgv(ctx, a.acquireCall(), a.acquireArgv[:])
+}
+
+// ReleaseArgs is ReleaseFair with a's arguments: ReleaseFair(ctx, key,
+// token, waiter) of a.Init and a.SetWaiter.
+func (r *Redis) ReleaseArgs(ctx context.Context, a *LockArgs) (bool, error) {
+	return r.flagArgv(ctx, a.releaseCall(), a.releaseArgv[:])
+}

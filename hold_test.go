@@ -22,7 +22,10 @@ import (
 func TestDoRenewsAcrossTTLs(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the client's goroutines all end with Close
-	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithTTL(300*time.Millisecond))
+	// 600 ms: renewals every 200 ms, with 400 ms to spare (300 ms failed
+	// once at a load of 6 on 2 cores: a renewal late past the validity).
+	const ttl = 600 * time.Millisecond
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithTTL(ttl))
 	require.NoError(t, err)
 	other, err := redlock.Dial(redistest.URLs(servers))
 	require.NoError(t, err)
@@ -30,7 +33,7 @@ func TestDoRenewsAcrossTTLs(t *testing.T) {
 
 	refused := 0
 	err = c.Do(ctx, "job", func(ctx context.Context) error {
-		end := time.Now().Add(4 * 300 * time.Millisecond)
+		end := time.Now().Add(3 * ttl)
 		for time.Now().Before(end) {
 			require.NoError(t, ctx.Err(), "fn's context ended while renewal worked")
 			_, err := other.TryLock(ctx, "job")

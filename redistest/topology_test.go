@@ -56,7 +56,8 @@ func TestSentinel(t *testing.T) {
 		if time.Now().After(deadline) {
 			for _, s := range set.Servers {
 				info, _ := redis.String(s.Do("INFO", "replication"))
-				t.Logf("%s: %s", s.Addr(), info)
+				keys, _ := redis.String(s.Do("INFO", "keyspace"))
+				t.Logf("%s: %s%s", s.Addr(), info, keys)
 			}
 			t.Fatalf("GET on the new primary %s: %q %v", p.Addr(), v, err)
 		}

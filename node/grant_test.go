@@ -731,6 +731,13 @@ var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key strin
 		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 			return n.Acquire(ctx, key, key+":fence", "t-new", 10*time.Second)
 		},
+		// The same call with its arguments laid out once (the lock client's
+		// path to a *node.Redis: lock.go acquireOn).
+		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
+			var a node.LockArgs
+			a.Init(key, key+":fence", "t-new", 10*time.Second)
+			return n.AcquireArgs(ctx, &a)
+		},
 	},
 	"fairacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})

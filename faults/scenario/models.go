@@ -203,6 +203,7 @@ type pinnedHold struct {
 	term   uint64
 	until  time.Time // at the grant
 	h      *handle
+	onV    string        // what the victim had for it before the fault
 	ended  chan struct{} // closed once its holder has returned from the release
 	hold   *Hold         // read only once ended is closed
 	reason string        // why it ended; set before ended is closed
@@ -249,6 +250,47 @@ type ModelRun struct {
 	watch  *phaseWatch
 	phases []PhaseResult
 	sems   []map[string]*redlock.Semaphore // by client
+	steps  []clockStep
+}
+
+// clockStep is a step of this host's wall clock against its monotonic
+// clock: the nodes, containers on this host, expire keys by the wall clock,
+// while the clients measure validity by the monotonic one (P2). A step
+// forward of more than what is left of a lease expires it early on every
+// node at once, which no client can notice: two holders at once, with no
+// fault of the library. Seen once here, as the nodes' logs tell it: a
+// sandbox VM whose wall clock stepped by about 4 s during a run
+// (docs/testing.md §2.7).
+type clockStep struct {
+	At time.Time
+	By time.Duration
+}
+
+// stepThreshold is the least wall-clock step recorded: the steps of a VM
+// paused by its host are seconds; a sampling delay moves both clocks alike.
+const stepThreshold = 10 * time.Millisecond
+
+// watchClock records the wall clock's steps until the run stops.
+func (r *ModelRun) watchClock() {
+	defer r.wg.Done()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	prev := time.Now()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if by := now.Round(0).Sub(prev.Round(0)) - now.Sub(prev); by > stepThreshold || by < -stepThreshold {
+			r.mu.Lock()
+			r.steps = append(r.steps, clockStep{At: now, By: by})
+			r.mu.Unlock()
+			r.Note("this host's wall clock stepped by %v against the monotonic clock (P2: the nodes expire keys by it)", by)
+		}
+		prev = now
+	}
 }
 
 // PhaseResult is what a phase saw.
@@ -330,6 +372,8 @@ func StartModel(tb testing.TB, cfg ModelConfig) *ModelRun {
 		r.sems = append(r.sems, map[string]*redlock.Semaphore{})
 	}
 	tb.Cleanup(r.halt)
+	r.wg.Add(1)
+	go r.watchClock()
 	for i := range r.clients {
 		r.wg.Add(1)
 		go r.client(i)
@@ -728,6 +772,7 @@ func (r *ModelRun) Phase(ph ModelPhase) (err error) {
 		if !okV || !okT || okB {
 			return fmt.Errorf("pinned hold %d does not hold exactly nodes %d and %d: %s", pp.id, ph.Victim, third, strings.Join(where, ", "))
 		}
+		pp.onV = seenV
 		r.Note("phase %d: hold %d: %s", n, pp.id, strings.Join(where, ", "))
 	}
 
@@ -744,11 +789,15 @@ func (r *ModelRun) Phase(ph ModelPhase) (err error) {
 	}
 	res.Took = time.Since(start)
 	r.Note("phase %d: fault injected in %v", n, res.Took.Round(time.Millisecond))
+	if !time.Now().Before(until) {
+		return fmt.Errorf("the fault took %v: the pinned holds' lease ended (%s) before it was done, so it showed nothing; give the phase a longer PinTTL",
+			res.Took.Round(time.Millisecond), r.rel(until))
+	}
 	if ph.Back {
 		for _, pp := range pinned {
 			ok, seen := pp.h.on(victim.ProxyAddr())
-			if !ok {
-				return fmt.Errorf("node %d came back without pinned hold %d: %s", ph.Victim, pp.id, seen)
+			if !ok || seen != pp.onV {
+				return fmt.Errorf("node %d came back without pinned hold %d: it has %s, it had %s", ph.Victim, pp.id, seen, pp.onV)
 			}
 		}
 		r.Note("phase %d: node %d came back with the pinned holds", n, ph.Victim)
@@ -877,17 +926,21 @@ func (r *ModelRun) Finish() ModelResult {
 	r.halt()
 	elapsed := time.Since(r.origin)
 	r.mu.Lock()
-	holds, notes, phases := r.holds, r.notes, r.phases
+	holds, notes, phases, steps := r.holds, r.notes, r.phases, r.steps
 	r.mu.Unlock()
 
 	v := r.ops.check(r, holds)
+	var stepped time.Duration
+	for _, st := range steps {
+		stepped += max(st.By, -st.By)
+	}
 	refused, during := 0, 0
 	for _, ph := range phases {
 		refused += ph.Refused
 		during += ph.During
 	}
-	line := fmt.Sprintf("fault scenario=%s acquisitions=%d violations=%d preconditions=%s phases=%d refused_in_phases=%d granted_during_faults=%d %s duration_ms=%d",
-		r.cfg.Name, len(holds), v.violations, Held, len(phases), refused, during, v.extra, elapsed.Milliseconds())
+	line := fmt.Sprintf("fault scenario=%s acquisitions=%d violations=%d preconditions=%s phases=%d refused_in_phases=%d granted_during_faults=%d %s wall_clock_steps_ms=%d duration_ms=%d",
+		r.cfg.Name, len(holds), v.violations, Held, len(phases), refused, during, v.extra, stepped.Milliseconds(), elapsed.Milliseconds())
 	report(line)
 	var ph []string
 	for _, p := range phases {
@@ -919,6 +972,18 @@ func (r *ModelRun) Finish() ModelResult {
 	}
 	for _, p := range v.problems {
 		tb.Errorf("%s: %s", r.cfg.Name, p)
+	}
+	if len(steps) > 0 {
+		var ss []string
+		for _, st := range steps {
+			ss = append(ss, fmt.Sprintf("%v at %s", st.By, r.rel(st.At)))
+		}
+		say := tb.Logf
+		if v.violations > 0 {
+			say = tb.Errorf
+		}
+		say("%s: this host's wall clock stepped against its monotonic clock during the run (%s): that breaks P2 for every node at once (they expire keys by it, the clients count validity by the monotonic clock), so violations after a step are the environment's, not the library's, unless they came before it",
+			r.cfg.Name, strings.Join(ss, ", "))
 	}
 	for i, f := range v.findings {
 		if i == 3 {

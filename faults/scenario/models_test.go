@@ -42,6 +42,7 @@ func modelPhases(c *harness.Cluster, m scenario.Model) []scenario.ModelPhase {
 		{Victim: 1, Blocker: 2, What: "docker pause", Kind: kind(scenario.KindRead),
 			Fault: c.Node(1).Pause, Heal: c.Node(1).Unpause},
 		{Victim: 2, Blocker: 0, What: "SIGKILL and immediate start (AOF)", Kind: kind(scenario.KindRead), Back: true,
+			PinTTL: 15 * time.Second, // a restart took up to 5.9 s with two test binaries and other builds beside
 			Fault: func() error {
 				if err := c.Node(2).Kill(); err != nil {
 					return err

@@ -13,11 +13,12 @@
 # modules at a time (go test -race -exec true: nothing runs). Then three lanes
 # side by side: the modules whose tests measure real time, one after another;
 # the simulation (virtual time, CPU-bound); the fault suite (its scenarios one
-# at a time: faults/harness/hostlock.go), then the consumer check
-# (internal/tools: builds a module outside the repository against the working
-# tree's modules, compiling its dependencies afresh: CPU-bound). The timed
-# lanes mostly wait on timers and sockets; the CPU-bound modules run under
-# nice(1), so that they take the CPU the timed tests leave, not what they need.
+# at a time: faults/harness/hostlock.go). The consumer check (internal/tools:
+# builds a module outside the repository against the working tree's modules,
+# compiling its dependencies afresh: CPU-bound) follows the first of the
+# simulation and the fault suite to end. The timed lanes mostly wait on
+# timers and sockets; the CPU-bound modules run under nice(1), so that they
+# take the CPU the timed tests leave, not what they need.
 # REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
@@ -32,14 +33,15 @@ cd "$(dirname "$0")"
 
 timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # one at a time
 untimed="sim"                                                    # beside them, niced
-alone="faults internal/tools"                                    # beside both; the second niced
+alone="faults"                                                   # beside both
+last="internal/tools"                                            # after the first of those two, niced
 niced_modules="sim internal/tools"                               # CPU-bound, measure no time
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do
-		case " $timed $untimed $alone " in
+		case " $timed $untimed $alone $last " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone)" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone $last)" >&2; exit 2 ;;
 		esac
 	done
 	only() {
@@ -50,6 +52,7 @@ if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	timed=$(only "$timed" "$@")
 	untimed=$(only "$untimed" "$@")
 	alone=$(only "$alone" "$@")
+	last=$(only "$last" "$@")
 fi
 
 logs=$(mktemp -d)
@@ -115,7 +118,7 @@ go version
 start=$SECONDS
 # Two lanes of compilation: every other module in each.
 warmed=0
-for m in $timed $untimed $alone; do
+for m in $timed $untimed $alone $last; do
 	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
 	warmed=$((warmed + 1))
 done
@@ -125,15 +128,22 @@ wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane $timed $untimed
+	lane $timed $untimed $last
 	lane $alone
 else
 	# Three lanes (see the top of this file). Until 3 December the fault
 	# suite followed the simulation in one lane and the consumer check ended
 	# the timed lane: both lanes took about 350 s on a quiet machine.
+	(lane $timed) &
 	(lane $untimed) &
+	sim=$!
 	(lane $alone) &
-	lane $timed
+	faults=$!
+	# The consumer check follows whichever of the simulation and the fault
+	# suite ends first (wait -n with ids: bash 5.1; an older bash starts it
+	# at once).
+	wait -n "$sim" "$faults" 2>/dev/null
+	lane $last
 	wait
 fi
 

@@ -101,9 +101,9 @@ func (rep *Report) Goals() []Goal {
 func compare(figure string, n int, known bool, a, b float64, format func(float64) string, bound float64, lower bool) Goal {
 	g := Goal{Figure: figure, N: n, Redlock: "–", Redsync: "–", Ratio: "–"}
 	if lower {
-		g.Goal = fmt.Sprintf("≤ %.2g×", bound)
+		g.Goal = fmt.Sprintf("≤ %g×", bound)
 	} else {
-		g.Goal = fmt.Sprintf("≥ %.2g×", bound)
+		g.Goal = fmt.Sprintf("≥ %g×", bound)
 	}
 	if !known || math.IsNaN(a) || math.IsNaN(b) || b == 0 {
 		return g

@@ -335,7 +335,7 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 				}
 			}
 			require.Eventually(t, queuedOnAll(1), 10*time.Second, time.Millisecond)
-			_, order, locks := waitingClients(ctx, t, servers, "gone", 1)
+			attempts, order, locks := waitingClients(ctx, t, servers, "gone", 1)
 			require.Eventually(t, queuedOnAll(2), 10*time.Second, time.Millisecond)
 
 			if tc.closed {
@@ -350,11 +350,24 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 			if tc.closed {
 				require.ErrorIs(t, err, redlock.ErrClosed, "Close ends a waiting Lock at once")
 			}
+			before := attempts[0].Load()
 			start := time.Now()
 			require.NoError(t, held.Release(ctx))
 			require.Equal(t, 0, <-order)
 			handoff := time.Since(start)
-			assert.Less(t, handoff, 50*time.Millisecond, "the live waiter acquires within 50 ms of the release")
+			// Within 50 ms of the release (issue 23); on a machine too busy
+			// for that (a CI run saw 60 ms, its simulation and fault suite
+			// beside it), what 50 ms stands for: woken by the release and
+			// granted at once, by its first attempt after it (or the second,
+			// when the gone waiter's leave woke it too), long before the
+			// live waiter's one-minute backoff or any reservation would
+			// have let it try again.
+			if handoff >= 50*time.Millisecond {
+				made := attempts[0].Load() - before
+				t.Logf("the live waiter acquired %v after the release, by attempt %d after it (a busy machine)", handoff, made)
+				assert.LessOrEqual(t, made, int64(2), "the live waiter was refused after the release: something held it back")
+				assert.Less(t, handoff, time.Second, "the live waiter acquires at once after the release")
+			}
 			require.NoError(t, (<-locks[0]).Release(ctx))
 		})
 	}

@@ -124,8 +124,15 @@ func TestBreaker(t *testing.T) {
 					_, ok := replies.counts(bad)
 					return ok > 0
 				}, 15*time.Second, 20*time.Millisecond)
-				require.Eventually(t, func() bool { return len(servers[0].Keys("redlock:*")) == 0 },
-					5*time.Second, 10*time.Millisecond, "cleanup releases sent once the node answered")
+				if tc.failures > 0 {
+					require.Eventually(t, func() bool { return len(servers[0].Keys("redlock:*")) == 0 },
+						5*time.Second, 10*time.Millisecond, "cleanup releases sent once the node answered")
+				}
+				// Without a breaker nothing waits for the node: a release that
+				// timed out while it was paused is not sent again, and when
+				// the paused node ran it before the SET it was to undo (they
+				// had gone out on different connections: a CI run), that key
+				// stays until its TTL (docs/operations.md, node health).
 			}
 			start := time.Now()
 			require.NoError(t, c.Close())

@@ -142,8 +142,12 @@ func TestRunAndStatusTLS(t *testing.T) {
 	for _, v := range []string{envNodes, envTLSCA, envTLSCert, envTLSKey, envTLSSkip} {
 		t.Setenv(v, "")
 	}
+	// A TLS handshake under -race on a busy machine can outlast the default
+	// 500 ms node timeout (a CI run: "no answer within 500ms" instead of the
+	// certificate error): every run here gets 5 s.
+	const tlsTimeout = "5s"
 	tlsFlags := []string{"--nodes", s.TLSURL(), "--tls-ca", f.CA, "--tls-cert", f.ClientCert, "--tls-key", f.ClientKey}
-	r := runCLI(append(append([]string{"run"}, tlsFlags...), "job", "--", "true")...)
+	r := runCLI(append(append([]string{"run", "--node-timeout", tlsTimeout}, tlsFlags...), "job", "--", "true")...)
 	require.Equal(t, 0, r.code, r.stderr)
 	r = runCLI(append(append([]string{"status"}, tlsFlags...), "job")...)
 	require.Equal(t, 0, r.code, r.stderr)
@@ -152,15 +156,15 @@ func TestRunAndStatusTLS(t *testing.T) {
 	t.Setenv(envNodes, s.TLSURL())
 	t.Setenv(envTLSCert, f.ClientCert)
 	t.Setenv(envTLSKey, f.ClientKey)
-	r = runCLI("run", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "job", "--", "true")
 	assert.Equal(t, exitUnavailable, r.code, "no CA: the system's roots do not know the test CA")
 	assert.Contains(t, r.stderr, "certificate signed by unknown authority")
-	r = runCLI("run", "--tls-skip-verify", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "--tls-skip-verify", "job", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
 	t.Setenv(envTLSSkip, "true")
-	r = runCLI("run", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "job", "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
-	r = runCLI("run", "--tls-skip-verify=false", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "--tls-skip-verify=false", "job", "--", "true")
 	assert.Equal(t, exitUnavailable, r.code, "the flag wins over the environment")
 	t.Setenv(envTLSSkip, "")
 	t.Setenv(envTLSCA, f.CA)
@@ -168,12 +172,12 @@ func TestRunAndStatusTLS(t *testing.T) {
 	assert.Equal(t, 0, r.code, r.stderr)
 
 	t.Setenv(envTLSKey, "")
-	r = runCLI("run", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "job", "--", "true")
 	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "--tls-cert and --tls-key go together")
 	t.Setenv(envTLSKey, f.ClientKey)
 	t.Setenv(envTLSCA, f.ClientKey)
-	r = runCLI("run", "job", "--", "true")
+	r = runCLI("run", "--node-timeout", tlsTimeout, "job", "--", "true")
 	assert.Equal(t, exitConfig, r.code)
 	assert.Contains(t, r.stderr, "no PEM certificate")
 }

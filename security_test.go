@@ -47,7 +47,9 @@ func TestTLS(t *testing.T) {
 	s := redistest.StartTLS(t)
 	cfg := s.Files.ClientConfig(t)
 	for _, url := range []string{s.TLSURL(), strings.Replace(s.TLSURL(), "127.0.0.1", "localhost", 1)} {
-		c, err := redlock.Dial([]string{url}, redlock.WithNodeOptions(node.WithTLSConfig(cfg)))
+		// 5 s: a TLS handshake under -race on a busy machine can outlast the
+		// default node timeout (TestDialTLS, TestRunAndStatusTLS did).
+		c, err := redlock.Dial([]string{url}, redlock.WithNodeTimeout(5*time.Second), redlock.WithNodeOptions(node.WithTLSConfig(cfg)))
 		require.NoError(t, err)
 		assert.Positive(t, exercise(t, c, "tls-job"))
 		require.NoError(t, c.Close())
@@ -65,12 +67,12 @@ func TestTLS(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			url := s.TLSURL()
-			var opts []node.Option
+			opts := []node.Option{node.WithTimeout(5 * time.Second)}
 			if tc.cfg != nil {
 				opts = append(opts, node.WithTLSConfig(tc.cfg))
 			}
 			if name == "plaintext expected" {
-				url, opts = "redis://"+s.TLSAddr(), nil // a plaintext client on the TLS port
+				url, opts = "redis://"+s.TLSAddr(), opts[:1] // a plaintext client on the TLS port
 			}
 			n, err := node.Dial(url, opts...)
 			require.NoError(t, err)

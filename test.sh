@@ -10,15 +10,12 @@
 # from a CI log alone; the status is then 1, once every module has run.
 #
 # Order, for 2 cores: every module's test binaries are compiled first, two
-# modules at a time (go test -race -exec true: nothing runs). Then three lanes
-# side by side: the modules whose tests measure real time, one after another;
-# the simulation (virtual time, CPU-bound); the fault suite (its scenarios one
-# at a time: faults/harness/hostlock.go). The consumer check (internal/tools:
-# builds a module outside the repository against the working tree's modules,
-# compiling its dependencies afresh: CPU-bound) follows the first of the
-# simulation and the fault suite to end. The timed lanes mostly wait on
-# timers and sockets; the CPU-bound modules run under nice(1), so that they
-# take the CPU the timed tests leave, not what they need.
+# modules at a time (go test -race -exec true: nothing runs). Then two lanes:
+# the modules whose tests measure real time, then the consumer check
+# (internal/tools: builds a module outside the repository against the working
+# tree's modules), one after another; beside them the simulation (virtual
+# time), then the fault suite, which starts as the timed lane ends with its
+# least timing-sensitive modules.
 # REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
@@ -31,17 +28,15 @@
 set -uo pipefail
 cd "$(dirname "$0")"
 
-timed=". cmd/redlock goredis rueidis metrics metrics/otel bench" # one at a time
-untimed="sim"                                                    # beside them, niced
-alone="faults"                                                   # beside both
-last="internal/tools"                                            # after the first of those two, niced
-niced_modules="sim internal/tools"                               # CPU-bound, measure no time
+timed=". cmd/redlock goredis rueidis metrics metrics/otel bench internal/tools" # one at a time
+untimed="sim"                                                                    # beside them
+alone="faults"                                                                   # after the simulation
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do
-		case " $timed $untimed $alone $last " in
+		case " $timed $untimed $alone " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone $last)" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($timed $untimed $alone)" >&2; exit 2 ;;
 		esac
 	done
 	only() {
@@ -52,7 +47,6 @@ if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	timed=$(only "$timed" "$@")
 	untimed=$(only "$untimed" "$@")
 	alone=$(only "$alone" "$@")
-	last=$(only "$last" "$@")
 fi
 
 logs=$(mktemp -d)
@@ -82,7 +76,7 @@ run() {
 	local m=$1 log start status=0 took verdict
 	log=$logs/$(slug "$1").log
 	start=$SECONDS
-	$(niced "$m") go -C "$m" test -race ./... >"$log" 2>&1 || status=$?
+	go -C "$m" test -race ./... >"$log" 2>&1 || status=$?
 	took=$((SECONDS - start))
 	verdict=ok
 	if [ "$status" != 0 ]; then
@@ -95,14 +89,6 @@ run() {
 		cat "$log"
 	} | say
 	return "$status"
-}
-
-# niced prints "nice -n 10" for a CPU-bound module (niced_modules; when nice(1)
-# exists and REDLOCK_TEST_SERIAL is not set), nothing for the others.
-niced() {
-	if [ "${REDLOCK_TEST_SERIAL:-}" != 1 ] && command -v nice >/dev/null 2>&1; then
-		case " $niced_modules " in *" $1 "*) echo "nice -n 10" ;; esac
-	fi
 }
 
 # lane runs modules one after another; its status is 1 if any failed.
@@ -118,7 +104,7 @@ go version
 start=$SECONDS
 # Two lanes of compilation: every other module in each.
 warmed=0
-for m in $timed $untimed $alone $last; do
+for m in $timed $untimed $alone; do
 	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
 	warmed=$((warmed + 1))
 done
@@ -128,22 +114,19 @@ wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane $timed $untimed $last
+	lane $timed $untimed
 	lane $alone
 else
-	# Three lanes (see the top of this file). Until 3 December the fault
-	# suite followed the simulation in one lane and the consumer check ended
-	# the timed lane: both lanes took about 350 s on a quiet machine.
-	(lane $timed) &
-	(lane $untimed) &
-	sim=$!
-	(lane $alone) &
-	faults=$!
-	# The consumer check follows whichever of the simulation and the fault
-	# suite ends first (wait -n with ids: bash 5.1; an older bash starts it
-	# at once).
-	wait -n "$sim" "$faults" 2>/dev/null
-	lane $last
+	# The fault suite follows the simulation in its lane: its scenarios run
+	# one at a time (faults/harness/hostlock.go), beside the end of the
+	# timed lane (the last, least timing-sensitive modules). Until the
+	# simulation got faster (about 210 s under -race, from 330–390 s) it
+	# followed the timed modules instead, and those two made the long pole.
+	(
+		lane $untimed
+		lane $alone
+	) &
+	lane $timed
 	wait
 fi
 

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -198,6 +199,17 @@ func counters(t *testing.T, servers []*redistest.Server, fenceKey string) []stri
 	return out
 }
 
+// awaitCounters waits, while the fenced lock is still held, until the
+// servers' counters at fenceKey are want: Fence returns once a majority took
+// its write, and the last node's write (a repair, lock-checked) is refused if
+// it lands after the release (a CI run: n2 "none" where the repair was to
+// write 2).
+func awaitCounters(t *testing.T, servers []*redistest.Server, fenceKey string, want ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return slices.Equal(counters(t, servers, fenceKey), want) }, 5*time.Second, time.Millisecond,
+		"counters %v, want %v", counters(t, servers, fenceKey), want)
+}
+
 // restoreCounters is the operator's procedure of docs/fencing.md §6 (the same
 // script, verbatim): raise, never lower, the counter on every node to h.
 func restoreCounters(t *testing.T, servers []*redistest.Server, fenceKey, h string) {
@@ -296,6 +308,7 @@ func TestFenceDelayedRaiseOnWipedNode(t *testing.T) {
 	w, tokW, err := fenced(t, ctx, cz, "res")
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), tokW)
+	awaitCounters(t, servers, fenceKey, "4", "4", "4")
 	release(t, ctx, servers, w)
 	require.Equal(t, []string{"4", "4", "4"}, counters(t, servers, fenceKey))
 }
@@ -340,6 +353,7 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 			y1, tokY1, err := fenced(t, ctx, cy, "res")
 			require.NoError(t, err)
 			require.Equal(t, uint64(2), tokY1)
+			awaitCounters(t, servers, fenceKey, "2", "2", "2")
 			release(t, ctx, servers, y1)
 			require.Equal(t, []string{"2", "2", "2"}, counters(t, servers, fenceKey))
 

@@ -54,18 +54,40 @@ func modelPhases(c *harness.Cluster, m scenario.Model) []scenario.ModelPhase {
 	}
 }
 
-// playModel runs cfg's workload through the phases and finishes it.
-func playModel(t *testing.T, cfg scenario.ModelConfig) scenario.ModelResult {
+// modelAttempts bounds the runs of a model scenario whose every violation
+// came after a step of this host's wall clock (ModelResult.Stepped).
+const modelAttempts = 3
+
+// playModel starts a cluster of three nodes with AOF, runs cfg's workload
+// on it through the phases and finishes it. A run in which this host's
+// wall clock stepped and every violation came after the step broke P2 on
+// every node at once and proves nothing: it is run again on a new
+// cluster, up to modelAttempts runs, and the test is skipped, naming P2,
+// only if every run saw a step. A violation without a step, or one that
+// began before it, fails the test.
+func playModel(t *testing.T, cfg scenario.ModelConfig) {
 	t.Helper()
-	run := scenario.StartModel(t, cfg)
-	for _, ph := range modelPhases(cfg.Cluster, cfg.Model) {
-		if err := run.Phase(ph); err != nil {
-			t.Error(err)
+	for attempt := 1; attempt <= modelAttempts; attempt++ {
+		var stepped bool
+		t.Run(fmt.Sprintf("run%d", attempt), func(t *testing.T) {
+			cfg := cfg
+			cfg.Cluster = harness.Start(t, 3, harness.WithAOF())
+			run := scenario.StartModel(t, cfg)
+			for _, ph := range modelPhases(cfg.Cluster, cfg.Model) {
+				if err := run.Phase(ph); err != nil {
+					t.Error(err)
+				}
+			}
+			res := run.Finish()
+			if stepped = res.Stepped; !stepped {
+				assert.Zero(t, res.Violations, "%s: violations", cfg.Name)
+			}
+		})
+		if !stepped {
+			return
 		}
 	}
-	res := run.Finish()
-	assert.Zero(t, res.Violations, "%s: violations", cfg.Name)
-	return res
+	t.Skipf("%s: this host's wall clock stepped in each of %d runs, each time before every violation seen: P2 broken by the environment (docs/safety.md), nothing proved either way", cfg.Name, modelAttempts)
 }
 
 // TestFaultElection: four candidates, each a client of its own, campaign
@@ -76,8 +98,7 @@ func playModel(t *testing.T, cfg scenario.ModelConfig) scenario.ModelResult {
 // CheckElection: at most one leader at a time, terms strictly increasing
 // in the order of takeover, no term twice.
 func TestFaultElection(t *testing.T) {
-	c := harness.Start(t, 3, harness.WithAOF())
-	playModel(t, scenario.ModelConfig{Name: "election", Model: scenario.Election, Cluster: c})
+	playModel(t, scenario.ModelConfig{Name: "election", Model: scenario.Election})
 }
 
 // TestFaultSemaphore: five clients take permits of two semaphores of two
@@ -87,8 +108,7 @@ func TestFaultElection(t *testing.T) {
 // holders at once; and, each slot being a lock, never two holders of one
 // slot.
 func TestFaultSemaphore(t *testing.T) {
-	c := harness.Start(t, 3, harness.WithAOF())
-	playModel(t, scenario.ModelConfig{Name: "semaphore", Model: scenario.Semaphore, Cluster: c, Clients: 5, Permits: 2})
+	playModel(t, scenario.ModelConfig{Name: "semaphore", Model: scenario.Semaphore, Clients: 5, Permits: 2})
 }
 
 // TestFaultRWLock: four clients take read locks (two attempts in three) and
@@ -96,8 +116,7 @@ func TestFaultSemaphore(t *testing.T) {
 // each phase a reader or a writer of the first is pinned. CheckRW: never a
 // reader beside a writer, never two writers, writers' tokens in order.
 func TestFaultRWLock(t *testing.T) {
-	c := harness.Start(t, 3, harness.WithAOF())
-	playModel(t, scenario.ModelConfig{Name: "rwlock", Model: scenario.RWLock, Cluster: c})
+	playModel(t, scenario.ModelConfig{Name: "rwlock", Model: scenario.RWLock})
 }
 
 // TestFaultModelsRestartEmpty constructs, for each model, what an empty

@@ -11,10 +11,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/node"
-	"github.com/redlock-go/redlock/redistest"
 )
 
 // TestP5WallClockStep is TestQuarantineP5Timeline (fresh B) with the wall
@@ -54,55 +50,33 @@ func TestP5WallClockStep(t *testing.T) {
 	// quarantine needs first, then a TTL): none, and one that lets B in.
 	// The adversary's run also had 0.5 s and 5 s, and fair mode: the same.
 	for _, step := range []time.Duration{0, 1500 * time.Millisecond} {
-		for _, fair := range []bool{false} {
-			t.Run(fmt.Sprintf("step=%v/fair=%t", step, fair), func(t *testing.T) {
-				require.NoError(t, os.WriteFile(offset, []byte("0"), 0o644))
-				servers := redistest.StartN(t, 3)
-				for _, s := range servers {
-					s.WaitUptime(quarantine + time.Second)
-				}
-				wallStep := wallClockWatch(t, servers[0])
-				ctx := ctxT(t, 30*time.Second)
-				const resource = "p5"
-				key := redlock.LockKey(redlock.DefaultKeyPrefix, resource)
-				_, err := servers[2].Do("SET", key, "someone-else", "PX", 60000)
-				require.NoError(t, err)
-				opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond),
-					redlock.WithNodeOptions(node.WithRestartQuarantine(quarantine)), redlock.WithBreaker(0)}
-				if fair {
-					opts = append(opts, redlock.WithFair())
-				}
-				a := dialed(t, servers, opts...)
-				held, err := a.Lock(ctx, resource)
-				require.NoError(t, err)
-				heldEverywhere(t, servers[:2], key)
-				servers[1].Kill()
-				servers[1].Restart()
-				_, err = servers[2].Do("DEL", key)
-				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(offset, []byte(fmt.Sprint(step.Milliseconds())), 0o644))
+		t.Run(fmt.Sprintf("step=%v", step), func(t *testing.T) {
+			require.NoError(t, os.WriteFile(offset, []byte("0"), 0o644))
+			p := startP5(t, false, ttl, quarantine)
+			servers, held, ctx, key := p.servers, p.held, p.ctx, p.key
+			p.restartN2(t)
+			require.NoError(t, os.WriteFile(offset, []byte(fmt.Sprint(step.Milliseconds())), 0o644))
 
-				bctx, cancel := context.WithDeadline(ctx, held.Until())
-				defer cancel()
-				b := dialed(t, servers, opts...)
-				l, err := b.Lock(bctx, resource)
-				d := wallStep()
-				if err != nil {
-					require.ErrorIs(t, bctx.Err(), context.DeadlineExceeded, "B's Lock ended early: %v", err)
-					t.Logf("step %v (seen: %v): B not granted before A's lease ended", step, d)
-					return
-				}
-				left := time.Until(held.Until())
-				holds := ""
-				for i, s := range servers {
-					v, _ := redis.String(s.Do("GET", key))
-					holds += fmt.Sprintf(" n%d:%t", i+1, v == l.Token())
-				}
-				_ = l.Release(context.Background())
-				t.Logf("step %v (seen: %v): B granted %v before A's lease ended; B's token on%s", step, d, left, holds)
-				require.NotZero(t, step, "B granted without a step")
-				require.Greater(t, d, wallStepTolerance, "a step let B in, and wallClockWatch missed it")
-			})
-		}
+			bctx, cancel := context.WithDeadline(ctx, held.Until())
+			defer cancel()
+			b := dialed(t, servers, p.opts...)
+			l, err := b.Lock(bctx, p5Resource)
+			d := p.wallStep()
+			if err != nil {
+				require.ErrorIs(t, bctx.Err(), context.DeadlineExceeded, "B's Lock ended early: %v", err)
+				t.Logf("step %v (seen: %v): B not granted before A's lease ended", step, d)
+				return
+			}
+			left := time.Until(held.Until())
+			holds := ""
+			for i, s := range servers {
+				v, _ := redis.String(s.Do("GET", key))
+				holds += fmt.Sprintf(" n%d:%t", i+1, v == l.Token())
+			}
+			_ = l.Release(context.Background())
+			t.Logf("step %v (seen: %v): B granted %v before A's lease ended; B's token on%s", step, d, left, holds)
+			require.NotZero(t, step, "B granted without a step")
+			require.Greater(t, d, wallStepTolerance, "a step let B in, and wallClockWatch missed it")
+		})
 	}
 }

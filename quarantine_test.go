@@ -44,29 +44,8 @@ func TestQuarantineP5Timeline(t *testing.T) {
 			name := fmt.Sprintf("fair=%t/waiting=%t", fair, waiting)
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				servers := redistest.StartN(t, 3)
-				// The nodes have been up longer than the quarantine (and the
-				// second by which Redis rounds its uptime) before anyone
-				// connects: only the restart below quarantines n2.
-				for _, s := range servers {
-					s.WaitUptime(quarantine + time.Second)
-				}
-				wallStep := wallClockWatch(t, servers[0])
-				ctx := ctxT(t, 30*time.Second)
-				const resource = "p5"
-				key := redlock.LockKey(redlock.DefaultKeyPrefix, resource)
-				_, err := servers[2].Do("SET", key, "someone-else", "PX", 60000)
-				require.NoError(t, err)
-
-				opts := []redlock.Option{redlock.WithTTL(ttl), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond),
-					redlock.WithNodeOptions(node.WithRestartQuarantine(quarantine)), redlock.WithBreaker(0)}
-				if fair {
-					opts = append(opts, redlock.WithFair())
-				}
-				a := dialed(t, servers, opts...)
-				held, err := a.Lock(ctx, resource)
-				require.NoError(t, err)
-				heldEverywhere(t, servers[:2], key)
+				p := startP5(t, fair, ttl, quarantine)
+				servers, opts, held, ctx, resource := p.servers, p.opts, p.held, p.ctx, p5Resource
 
 				// B tries until A's lease ends: a grant whose attempt
 				// started before then is a second holder (the windows
@@ -108,16 +87,13 @@ func TestQuarantineP5Timeline(t *testing.T) {
 					go lockB(b)
 					<-attempts // B is waiting, its connections to n2 open
 				}
-				servers[1].Kill()
-				servers[1].Restart()
-				_, err = servers[2].Do("DEL", key) // n3 is free: B needs only n2 besides
-				require.NoError(t, err)
+				p.restartN2(t)
 				if !waiting {
 					b = dialed(t, servers, opts...)
 					go lockB(b)
 				}
-				err = <-got
-				if d := wallStep(); err != nil && d > wallStepTolerance {
+				err := <-got
+				if d := p.wallStep(); err != nil && d > wallStepTolerance {
 					t.Skipf("%v, but the wall clock ran at least %v ahead of the monotonic clock meanwhile: "+
 						"the nodes expired A's key and counted n2's uptime by it (docs/safety.md P2, broken by the machine)", err, d)
 				}
@@ -126,6 +102,57 @@ func TestQuarantineP5Timeline(t *testing.T) {
 			})
 		}
 	}
+}
+
+// p5Resource is the resource of the P5 timeline.
+const p5Resource = "p5"
+
+// p5 is the P5 timeline up to the restart: A holds on n1 and n2 of three
+// redis-servers up for longer than the quarantine, n3 held by someone
+// else.
+type p5 struct {
+	servers  []*redistest.Server
+	opts     []redlock.Option // A's, which B uses too
+	held     *redlock.Lock    // A's lock
+	key      string
+	ctx      context.Context
+	wallStep func() time.Duration // wallClockWatch on n1, started before A's Lock
+}
+
+// startP5 starts the P5 timeline: servers whose uptime exceeds the
+// quarantine (and the second by which Redis rounds it), so that only the
+// restart quarantines n2; n3 held by someone else; A's lock on n1 and n2,
+// with WithFair if fair.
+func startP5(t *testing.T, fair bool, ttl, quarantine time.Duration) *p5 {
+	t.Helper()
+	p := &p5{servers: redistest.StartN(t, 3), key: redlock.LockKey(redlock.DefaultKeyPrefix, p5Resource)}
+	for _, s := range p.servers {
+		s.WaitUptime(quarantine + time.Second)
+	}
+	p.wallStep = wallClockWatch(t, p.servers[0])
+	p.ctx = ctxT(t, 30*time.Second)
+	_, err := p.servers[2].Do("SET", p.key, "someone-else", "PX", 60000)
+	require.NoError(t, err)
+	p.opts = []redlock.Option{redlock.WithTTL(ttl), redlock.WithRetryBackoff(5*time.Millisecond, 20*time.Millisecond),
+		redlock.WithNodeOptions(node.WithRestartQuarantine(quarantine)), redlock.WithBreaker(0)}
+	if fair {
+		p.opts = append(p.opts, redlock.WithFair())
+	}
+	a := dialed(t, p.servers, p.opts...)
+	p.held, err = a.Lock(p.ctx, p5Resource)
+	require.NoError(t, err)
+	heldEverywhere(t, p.servers[:2], p.key)
+	return p
+}
+
+// restartN2 restarts n2 empty and frees n3: B then needs only n2 besides
+// n3 for a majority.
+func (p *p5) restartN2(t *testing.T) {
+	t.Helper()
+	p.servers[1].Kill()
+	p.servers[1].Restart()
+	_, err := p.servers[2].Do("DEL", p.key)
+	require.NoError(t, err)
 }
 
 // wallStepTolerance is how far a node's wall clock may run ahead of the

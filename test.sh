@@ -80,12 +80,14 @@ warm() {
 		echo "(compiling $1 failed: its tests below say why)" | say
 }
 
-# run runs go test -race ./... in module $1.
+# run runs go test -race ./... in module $1, with -count=1: with -trimpath a
+# fresh clone's test results have the same cache keys as an earlier clone's,
+# and go test would print those (cached) instead of running the tests.
 run() {
 	local m=$1 log start status=0 took verdict
 	log=$logs/$(slug "$1").log
 	start=$SECONDS
-	go -C "$m" test -race ./... >"$log" 2>&1 || status=$?
+	go -C "$m" test -race -count=1 ./... >"$log" 2>&1 || status=$?
 	took=$((SECONDS - start))
 	verdict=ok
 	if [ "$status" != 0 ]; then

@@ -95,21 +95,23 @@ func (l *Lock) fenceEntered(ctx context.Context) (uint64, error) {
 	return token, nil
 }
 
-// planFence decides the token and the trusted nodes from the acquisition's
-// replies so far; when they are not enough to trust a token (no counter seen: a
-// fresh resource or wiped nodes; or too few trusted grants), it hears from every
+// planFence decides the token and the trusted nodes from the replies that
+// carry the nodes' counters (counters: the acquisition's, or a read of them)
+// so far; when they are not enough to trust a token (no counter seen: a fresh
+// resource or wiped nodes; or too few trusted grants), it hears from every
 // node first. fresh is true when no reply had a counter: the token (1) is then
 // written back by createFence.
 func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect []int, fresh bool, err error) {
 	c := l.c
-	token, eligible, suspect, fresh, ok := l.fencePlan(l.acquire.Replies())
+	src := l.counters(ctx)
+	token, eligible, suspect, fresh, ok := l.fencePlan(src.Replies())
 	if !ok {
 		select {
-		case <-l.acquire.Settled():
+		case <-src.Settled():
 		case <-ctx.Done():
 			return 0, nil, nil, false, c.failed("fence", l.resource, ErrUnavailable, ctx.Err())
 		}
-		token, eligible, suspect, fresh, _ = l.fencePlan(l.acquire.Replies())
+		token, eligible, suspect, fresh, _ = l.fencePlan(src.Replies())
 	}
 	if token == 0 {
 		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, errCounterExhausted)
@@ -119,12 +121,51 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 	}
 	if len(eligible) < quorum.Majority(len(c.nodes)) {
 		cause := errCounterMissing
-		if countersOnMajority(l.acquire.Replies()) {
+		if countersOnMajority(src.Replies()) {
 			cause = errCounterNotHeld // this grant cannot fence, another can
 		}
 		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, cause)
 	}
 	return token, eligible, suspect, fresh, nil
+}
+
+// counters returns the call whose replies carry the nodes' fence counters:
+// the acquisition's, when it read them (Lock.counted), or else a read of the
+// counters inside the lock (readfence.lua), one round trip, waited for until
+// a majority of the nodes answered that they still hold the lock (or every
+// node answered, or ctx ended). A counter read inside our window is as good
+// as one read with the SET: every token an earlier holder wrote back on that
+// node was written inside its own window, which ended before ours began
+// (docs/fencing.md §4.2, L4). A reply's OK is then "holds the lock" rather than
+// "granted it": only those nodes are trusted for the write-back.
+func (l *Lock) counters(ctx context.Context) *quorum.Call[node.Acquired] {
+	if l.counted {
+		return l.acquire
+	}
+	read := round[node.Acquired]{op: "fence", call: func(ctx context.Context, _ int, n node.Node) (node.Acquired, bool, error) {
+		a, err := n.ReadFence(ctx, l.key, l.fenceKey, l.token)
+		return a, a.OK, err
+	}}.start(ctx, l.c)
+	start := l.c.cfg.clock.Now()
+	read.Wait(ctx)
+	// The other nodes get as long again as the majority took: a node that
+	// holds the lock without a counter is a suspect, repaired by the
+	// write-back only if its reply is in the plan.
+	l.c.grace(ctx, read.Settled(), start)
+	return read.Call
+}
+
+// grace waits, after a round's majority came in since start, as long again
+// for the round's other replies (settled), or until ctx ends; a slow or
+// paused node is not waited for.
+func (c *Client) grace(ctx context.Context, settled <-chan struct{}, start time.Time) {
+	t := time.NewTimer(max(c.cfg.clock.Now().Sub(start), time.Millisecond))
+	select {
+	case <-settled:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
 }
 
 // writeFence is one round trip to every node: the trusted nodes write token back
@@ -169,13 +210,7 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 	}
 	// Give the other nodes as long again as the majority took, so that the next
 	// grant finds their counters; a slow or paused node is not waited for.
-	grace := time.NewTimer(max(c.cfg.clock.Now().Sub(start), time.Millisecond))
-	select {
-	case <-call.Settled():
-	case <-grace.C:
-	case <-ctx.Done():
-	}
-	grace.Stop()
+	c.grace(ctx, call.Settled(), start)
 	for _, i := range suspect {
 		if r := call.Replies()[i]; r.Done && r.Err == nil && r.Value {
 			c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[i].Name())

@@ -33,6 +33,7 @@ type gateNode struct {
 	node.Node
 	mu         sync.Mutex
 	cut        bool
+	cutOnRead  bool // cut once a ReadFence went through
 	holdRaise  chan struct{}
 	raised     chan error
 	holdCreate chan struct{}
@@ -65,6 +66,17 @@ func (g *gateNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl
 		return node.Acquired{}, errPartitioned
 	}
 	return g.Node.Acquire(ctx, key, fenceKey, token, ttl)
+}
+
+func (g *gateNode) ReadFence(ctx context.Context, key, fenceKey, token string) (node.Acquired, error) {
+	if g.isCut() {
+		return node.Acquired{}, errPartitioned
+	}
+	a, err := g.Node.ReadFence(ctx, key, fenceKey, token)
+	g.mu.Lock()
+	g.cut = g.cut || g.cutOnRead
+	g.mu.Unlock()
+	return a, err
 }
 
 func (g *gateNode) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
@@ -393,8 +405,8 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 }
 
 // TestFenceMinorityCounterFailsSafe: the first Fence of a fresh resource
-// creates the counter on one node of three (the other two are cut off for that
-// round only) and fails. No node loses anything, and afterwards every node
+// creates the counter on one node of three (the other two are cut off once the
+// counters were read, for the write-back) and fails. No node loses anything, and afterwards every node
 // answers; but the counter is on a minority, and a node without it is not
 // trusted (it could be a wiped node), so every later Fence fails with
 // ErrLockLost, as after the loss of a majority's counters. This is the
@@ -408,12 +420,18 @@ func TestFenceMinorityCounterFailsSafe(t *testing.T) {
 
 	l, err := c.lock(t, ctx, "res")
 	require.NoError(t, err)
-	gs[1].setCut(true)
-	gs[2].setCut(true)
+	for _, g := range gs[1:] { // Fence reads the counters from all three, then writes to n0 only
+		g.mu.Lock()
+		g.cutOnRead = true
+		g.mu.Unlock()
+	}
 	_, err = l.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
-	gs[1].setCut(false)
-	gs[2].setCut(false)
+	for _, g := range gs[1:] {
+		g.mu.Lock()
+		g.cut, g.cutOnRead = false, false
+		g.mu.Unlock()
+	}
 	require.NoError(t, l.Release(ctx))
 	require.Equal(t, []string{"1", "none", "none"}, counters(t, servers, fenceKey))
 
@@ -449,6 +467,12 @@ func TestFenceMinorityCounterFailsSafe(t *testing.T) {
 // only checks, on every node, and nothing is created when a counter exists;
 // Z sees no counter, waits for j (3), trusts j only and gets no token.
 func TestFenceFailedFirstFenceCreatesNothing(t *testing.T) {
+	for _, m := range lateReads {
+		t.Run(m.name, func(t *testing.T) { testFenceFailedFirstFenceCreatesNothing(t, m.fair, m.cause) })
+	}
+}
+
+func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	nodes := make([]node.Node, 3)
@@ -462,11 +486,12 @@ func TestFenceFailedFirstFenceCreatesNothing(t *testing.T) {
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
+	cb := bClient(t, c, nodes, fair)
 	const key, fenceKey = "redlock:{res}", "redlock:{res}:fence"
 	j, k := 0, 1 // l = 2
 
 	bOnK := delay[k].delayNext()
-	b, err := c.TryLock(ctx, "res")
+	b, err := cb.TryLock(ctx, "res")
 	require.NoError(t, err, "B holds j and l")
 	<-bOnK.arrived
 	_, err = servers[j].Do("DEL", key) // B's key on j ends early
@@ -491,7 +516,7 @@ func TestFenceFailedFirstFenceCreatesNothing(t *testing.T) {
 	<-bOnK.landed
 	_, err = b.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
-	require.ErrorContains(t, err, "fence counter found")
+	require.ErrorContains(t, err, cause)
 	assert.Equal(t, []string{"3", "none", "none"}, counters(t, servers, fenceKey),
 		"a failed first Fence created counters")
 	require.NoError(t, b.Release(ctx))

@@ -258,6 +258,21 @@ func (m *memNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl 
 	})
 }
 
+func (m *memNode) ReadFence(ctx context.Context, key, fenceKey, token string) (node.Acquired, error) {
+	return memCall(ctx, m, "read", func() (node.Acquired, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.down {
+			return node.Acquired{}, errDown
+		}
+		f, has := m.fence[fenceKey]
+		e, ok := m.live(key)
+		held := ok && e.val == token
+		m.log.event(token, "  %[2]s: read by %[1]s: holds %[3]v, counter %[4]s", m.name, held, counter(f, has))
+		return node.Acquired{OK: held, Fence: f, HasFence: has}, nil
+	})
+}
+
 func (m *memNode) Release(ctx context.Context, key, token string, _ bool) (bool, error) {
 	return memCall(ctx, m, "release", func() (bool, error) {
 		m.mu.Lock()

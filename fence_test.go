@@ -246,12 +246,21 @@ func (d *delayedNode) delayNext() *delayed {
 }
 
 func (d *delayedNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	return d.delay(ctx, func() (node.Acquired, error) { return d.Node.Acquire(ctx, key, fenceKey, token, ttl) })
+}
+
+// AcquireFair is delayed as Acquire (a fair client's acquisitions).
+func (d *delayedNode) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w node.Waiter) (node.Acquired, error) {
+	return d.delay(ctx, func() (node.Acquired, error) { return d.Node.AcquireFair(ctx, key, fenceKey, token, ttl, w) })
+}
+
+func (d *delayedNode) delay(ctx context.Context, send func() (node.Acquired, error)) (node.Acquired, error) {
 	d.mu.Lock()
 	w := d.armed
 	d.armed = nil
 	d.mu.Unlock()
 	if w == nil {
-		return d.Node.Acquire(ctx, key, fenceKey, token, ttl)
+		return send()
 	}
 	close(w.arrived)
 	defer close(w.landed)
@@ -260,7 +269,37 @@ func (d *delayedNode) Acquire(ctx context.Context, key, fenceKey, token string, 
 	case <-ctx.Done():
 		return node.Acquired{}, ctx.Err()
 	}
-	return d.Node.Acquire(ctx, key, fenceKey, token, ttl)
+	return send()
+}
+
+// lateReads are the two ways B's acquisition reads the fence counters in
+// TestFenceLateGrantOnWipedNode and TestFenceFailedFirstFenceCreatesNothing.
+// A fair client's acquisitions read them with the SET (fairacquire.lua), so
+// B's replies from j and l predate A's counters and B plans a fresh resource:
+// its first-token check finds A's counter on j (errCounterFound). A default
+// client's TryLock reads none (acquire.lua's ARGV[3] "0"), and Fence reads them
+// inside the lock: j, where B's key ended, has a counter, k and l, which B
+// holds, have none, so B trusts no node (errCounterMissing). Either way B gets
+// no token and nothing is written.
+var lateReads = []struct {
+	name  string
+	fair  bool
+	cause string
+}{
+	{"counters read at the SET (fair client)", true, "fence counter found"},
+	{"counters read by Fence", false, "fence counter missing"},
+}
+
+// bClient is the client B acquires with: c, or a fair client over the same
+// nodes (lateReads).
+func bClient(t *testing.T, c *redlock.Client, nodes []node.Node, fair bool) *redlock.Client {
+	if !fair {
+		return c
+	}
+	cb, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second), redlock.WithFair())
+	require.NoError(t, err)
+	t.Cleanup(func() { cb.Close() })
+	return cb
 }
 
 // TestFenceLateGrantOnWipedNode is the timeline behind TestFenceProperty's
@@ -275,8 +314,16 @@ func (d *delayedNode) Acquire(ctx context.Context, key, fenceKey, token string, 
 // which has no counter, so B holds l and k and saw no counter anywhere: its
 // replies from j and l were read before A's write-back. Before the fix B fenced
 // 1 as well, on l and k, and a resource would have accepted both holders'
-// writes; now B's write-back finds the counter on j and B gets no token.
+// writes; now B's write-back finds the counter on j and B gets no token. A B
+// that read no counters with its SET reads them in Fence, and trusts no node
+// (lateReads).
 func TestFenceLateGrantOnWipedNode(t *testing.T) {
+	for _, m := range lateReads {
+		t.Run(m.name, func(t *testing.T) { testFenceLateGrantOnWipedNode(t, m.fair, m.cause) })
+	}
+}
+
+func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	nodes := make([]node.Node, 3)
@@ -290,11 +337,12 @@ func TestFenceLateGrantOnWipedNode(t *testing.T) {
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
+	cb := bClient(t, c, nodes, fair)
 	const key, fenceKey = "redlock:{late}", "redlock:{late}:fence"
 	j, k := 0, 1 // l = 2
 
 	bOnK := delay[k].delayNext()
-	b, err := c.TryLock(ctx, "late")
+	b, err := cb.TryLock(ctx, "late")
 	require.NoError(t, err, "B holds j and l")
 	<-bOnK.arrived
 	n, err := redis.Int(servers[j].Do("DEL", key))
@@ -330,7 +378,7 @@ func TestFenceLateGrantOnWipedNode(t *testing.T) {
 		require.NotEqual(t, tokA, tokB, "token %d granted twice", tokA)
 	}
 	require.ErrorIs(t, err, redlock.ErrLockLost)
-	assert.Contains(t, err.Error(), "fence counter found")
+	assert.Contains(t, err.Error(), cause)
 	require.ErrorIs(t, a.Release(ctx), redlock.ErrLockLost, "A kept only j")
 	require.NoError(t, b.Release(ctx))
 

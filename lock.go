@@ -38,6 +38,10 @@ type Lock struct {
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
+	// counted: the acquisition's replies carry the nodes' fence counters
+	// (WithFence, the queue's and the write lock's scripts); without them
+	// Fence reads the counters first (readCounters).
+	counted bool
 
 	split splitWatch // the acquisition's (try)
 
@@ -76,15 +80,26 @@ func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggl
 func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
-// with a fresh owner token.
-func (c *Client) newLock(resource string, ttl time.Duration) (*Lock, error) {
+// with a fresh owner token. counted says whether the acquisition reads the
+// fence counters (a plain acquisition reads them only for a lock fenced at
+// once: an uncontended Lock is then one SET on each node).
+func (c *Client) newLock(resource string, ttl time.Duration, counted bool) (*Lock, error) {
 	token, key, fenceKey, err := newLockStrings(c.cfg.prefix, resource)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl}
-	l.args.Init(key, fenceKey, token, ttl)
+	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl, counted: counted}
+	l.args.Init(key, l.countersKey(), token, ttl)
 	return l, nil
+}
+
+// countersKey is the fence key a plain acquisition reads, or "" when it
+// reads none (node.Node.Acquire).
+func (l *Lock) countersKey() string {
+	if l.counted {
+		return l.fenceKey
+	}
+	return ""
 }
 
 // newLockStrings returns a fresh owner token (as newToken) with
@@ -124,7 +139,7 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 	if r, ok := n.(*node.Redis); ok { // the same call, its arguments laid out once
 		a, err = r.AcquireArgs(ctx, &l.args)
 	} else {
-		a, err = n.Acquire(ctx, l.key, l.fenceKey, l.token, l.ttl)
+		a, err = n.Acquire(ctx, l.key, l.countersKey(), l.token, l.ttl)
 	}
 	return l.observe(i, a, err)
 }

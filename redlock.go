@@ -445,7 +445,8 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
-	l, err := c.newLock(resource, lc.ttl)
+	// A waiter's attempts (the queue's script) read the counters anyway.
+	l, err := c.newLock(resource, lc.ttl, lc.fence || lc.waiter != nil)
 	if err != nil {
 		return nil, err
 	}

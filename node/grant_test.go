@@ -201,6 +201,10 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 	},
 	func(ctx context.Context, n *node.Redis, k string) error { return n.RaiseFence(ctx, k+":fence", 1) },
 	func(ctx context.Context, n *node.Redis, k string) error {
+		_, err := n.ReadFence(ctx, k, k+":fence", "t")
+		return err
+	},
+	func(ctx context.Context, n *node.Redis, k string) error {
 		_, _, err := n.CreateFence(ctx, k, k+":fence", "t", 1)
 		return err
 	},

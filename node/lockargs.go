@@ -19,25 +19,29 @@ type LockArgs struct {
 	// queue key, queue leases key).
 	keys [5]string
 	// acquire and release are the calls' arguments (ARGV).
-	acquire [2]any // token, TTL ms
+	acquire [3]any // token, TTL ms, read the counter
 	release [2]any // token, waiter
 	// acquireArgv and releaseArgv are EVALSHA's arguments: the hash, the
 	// number of keys, the keys, ARGV (redisEvaler).
-	acquireArgv [6]any
+	acquireArgv [7]any
 	releaseArgv [7]any
 }
 
 // Init lays out the calls of the lock key with token and TTL ttl, as
-// AcquireCall(key, fenceKey, token, ttl) and ReleaseFairCall(key, token, "")
-// (SetWaiter sets another waiter).
+// AcquireCall(key, fenceKey, token, ttl) (with fenceKey "" the counter is not
+// read) and ReleaseFairCall(key, token, "") (SetWaiter sets another waiter).
 func (a *LockArgs) Init(key, fenceKey, token string, ttl time.Duration) {
 	q, qx := QueueKeys(key)
+	read := readCounter
+	if fenceKey == "" {
+		fenceKey, read = key, skipCounter
+	}
 	a.keys = [5]string{key, fenceKey, key, q, qx}
 	// Each string boxed once, for every argument list that holds it.
 	k, f, qa, qxa, tok := any(key), any(fenceKey), any(q), any(qx), any(token)
-	a.acquire = [2]any{tok, msArg(ttl)}
+	a.acquire = [3]any{tok, msArg(ttl), read}
 	a.release = [2]any{tok, ""}
-	a.acquireArgv = [6]any{acquireScript.hashArg, acquireScript.keys, k, f, a.acquire[0], a.acquire[1]}
+	a.acquireArgv = [7]any{acquireScript.hashArg, acquireScript.keys, k, f, a.acquire[0], a.acquire[1], a.acquire[2]}
 	a.releaseArgv = [7]any{fairReleaseScript.hashArg, fairReleaseScript.keys, k, qa, qxa, a.release[0], a.release[1]}
 }
 

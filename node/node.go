@@ -30,8 +30,15 @@ type Node interface {
 	Name() string
 	// Acquire sets key to token with a TTL if key does not exist (SET NX PX), and
 	// reports whether it did, together with the fence counter stored at fenceKey,
-	// read atomically with the SET.
+	// read atomically with the SET. With fenceKey "" no counter is read (Fence
+	// 0, HasFence false): a lock that is not fenced at once reads the counters
+	// later with ReadFence, and an uncontended acquisition costs the node one
+	// command fewer.
 	Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error)
+	// ReadFence reads the fence counter stored at fenceKey, and whether key
+	// holds token (reported as OK), in one atomic step: the counters of a
+	// lock acquired without them, read inside its window. It writes nothing.
+	ReadFence(ctx context.Context, key, fenceKey, token string) (Acquired, error)
 	// Release deletes key if it still holds token, and reports whether it did.
 	// With notify, waiters watching key are told that it is free (see Watcher).
 	Release(ctx context.Context, key, token string, notify bool) (bool, error)
@@ -275,6 +282,9 @@ var raiseFenceSrc string
 //go:embed createfence.lua
 var createFenceSrc string
 
+//go:embed readfence.lua
+var readFenceSrc string
+
 var (
 	acquireScript = newGrantScript("acquire", 2, 1, acquireSrc)
 	releaseScript = newScript("release", 1, 1, releaseSrc)
@@ -282,6 +292,7 @@ var (
 	fenceScript   = newScript("writefence", 2, 1, writeFenceSrc)
 	raiseScript   = newScript("raisefence", 1, 0, raiseFenceSrc)
 	createScript  = newScript("createfence", 2, 1, createFenceSrc)
+	readScript    = newScript("readfence", 2, 1, readFenceSrc)
 )
 
 // script is a Lua script sent by SHA-1 (EVALSHA), and in full (EVAL) when the

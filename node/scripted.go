@@ -60,6 +60,10 @@ type (
 		keys [2]string
 		args [2]any
 	}
+	callBuf2x3 struct {
+		keys [2]string
+		args [3]any
+	}
 	callBuf3x2 struct {
 		keys [3]string
 		args [2]any
@@ -89,10 +93,25 @@ type boxedInt struct {
 	v any // n
 }
 
-// AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms.
+// AcquireCall is Acquire's call: KEYS lock, fence; ARGV token, TTL ms, "1"
+// to read the counter. With fenceKey "" the counter is not read (KEYS[2] is
+// then the lock key again, which keeps the call in one hash slot).
 func AcquireCall(key, fenceKey, token string, ttl time.Duration) Call {
-	b := &callBuf2x2{[2]string{key, fenceKey}, [2]any{token, msArg(ttl)}}
+	read := readCounter
+	if fenceKey == "" {
+		fenceKey, read = key, skipCounter
+	}
+	b := &callBuf2x3{[2]string{key, fenceKey}, [3]any{token, msArg(ttl), read}}
 	return Call{AcquireScript, b.keys[:], b.args[:]}
+}
+
+// AcquireScript's ARGV[3], boxed once.
+var readCounter, skipCounter any = "1", "0"
+
+// ReadFenceCall is ReadFence's call.
+func ReadFenceCall(key, fenceKey, token string) Call {
+	b := &callBuf2x2{[2]string{key, fenceKey}, [2]any{token}}
+	return Call{ReadFenceScript, b.keys[:], b.args[:1]}
 }
 
 // ReleaseCall is Release's call.
@@ -216,6 +235,19 @@ func (s *Scripted) flagArgv(ctx context.Context, c Call, argv []any) (bool, erro
 // Acquire implements Node.
 func (s *Scripted) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (Acquired, error) {
 	return s.acquire(ctx, AcquireCall(key, fenceKey, token, ttl))
+}
+
+// ReadFence implements Node.
+func (s *Scripted) ReadFence(ctx context.Context, key, fenceKey, token string) (Acquired, error) {
+	reply, err := s.run(ctx, ReadFenceCall(key, fenceKey, token))
+	if err != nil {
+		return Acquired{}, err
+	}
+	a, err := ParseAcquiredReply(reply)
+	if err == nil && len(reply.([]any)) != 3 {
+		err = fmt.Errorf("%w: readfence: %v", ErrUnexpectedReply, reply)
+	}
+	return a, err
 }
 
 // Release implements Node.

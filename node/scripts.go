@@ -56,8 +56,9 @@ func Scripts() []Script {
 // The scripts behind the Node methods, with their arguments (all sent as
 // strings; a TTL in whole milliseconds, a fence as a decimal uint64).
 var (
-	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms. Reply {1, fence
-	// counter as a decimal string, 0|1 counter present} when granted, and
+	// AcquireScript: KEYS lock, fence; ARGV token, TTL ms, "1" to read the
+	// fence counter or "0". Reply {1, fence counter as a decimal string ("0"
+	// when not read), 0|1 counter present (0 when not read)} when granted, and
 	// when refused also the waiters ahead (0), the node's clock in µs and -1
 	// (not queued); see ParseAcquiredReply.
 	AcquireScript = Script{acquireScript}
@@ -77,6 +78,10 @@ var (
 	// fence. Reply -1 when a counter existed (nothing written), else 1 when
 	// the lock was held (the counter is created), 0 when not (nothing written).
 	CreateFenceScript = Script{createScript}
+	// ReadFenceScript: KEYS lock, fence; ARGV token. Reply {1 if the lock key
+	// holds the token else 0, fence counter, 0|1 counter present}, as
+	// AcquireScript's granted reply. Writes nothing.
+	ReadFenceScript = Script{readScript}
 )
 
 // ParseAcquired reads the three elements of AcquireScript's reply, as an

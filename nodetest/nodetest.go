@@ -100,6 +100,7 @@ func Run(t *testing.T, newNode func(t *testing.T) node.Node, opts ...Option) {
 		{"ExtendIsCompareAndPExpire", s.extend},
 		{"ExtendNeverRecreates", s.extendNeverRecreates},
 		{"FenceCounter", s.fenceCounter},
+		{"ReadFenceInsideTheLock", s.readFence},
 		{"WriteFenceOnlyForHolder", s.writeFence},
 		{"RaiseFenceNeverCreates", s.raiseFence},
 		{"CreateFenceOnlyWithoutCounterForHolder", s.createFence},
@@ -494,6 +495,50 @@ func (s *suite) fenceCounter(t *testing.T, n node.Node, k keys) {
 	}
 }
 
+// readFence checks an acquisition without the counter (fenceKey "") and
+// ReadFence: the counter and whether the caller holds the lock, read
+// together, nothing written.
+func (s *suite) readFence(t *testing.T, n node.Node, k keys) {
+	a, b := token(), token()
+	read := func(tok string) node.Acquired {
+		t.Helper()
+		got, err := n.ReadFence(ctx(t), k.lock, k.fence, tok)
+		if err != nil {
+			t.Fatalf("ReadFence: %v", err)
+		}
+		return got
+	}
+	if got := read(a); got.OK || got.HasFence || got.Fence != 0 {
+		t.Fatalf("ReadFence on a fresh resource = %+v, want not held, no counter", got)
+	}
+	if got := acquire(t, n, k, a, time.Minute); !got.OK {
+		t.Fatalf("Acquire = %+v, want granted (ReadFence must not write the lock key)", got)
+	}
+	if got := read(a); !got.OK || got.HasFence {
+		t.Fatalf("ReadFence by the holder = %+v, want held, no counter (ReadFence must not create one)", got)
+	}
+	ok, err := n.WriteFence(ctx(t), k.lock, k.fence, a, 1<<53+1)
+	must(t, "WriteFence by the holder", ok, err, true)
+	if got := read(a); !got.OK || !got.HasFence || got.Fence != 1<<53+1 {
+		t.Fatalf("ReadFence by the holder = %+v, want held with the counter %d", got, uint64(1<<53+1))
+	}
+	if got := read(b); got.OK || !got.HasFence || got.Fence != 1<<53+1 {
+		t.Fatalf("ReadFence by another = %+v, want not held, with the counter", got)
+	}
+	ok, err = n.Release(ctx(t), k.lock, a, false)
+	must(t, "Release", ok, err, true)
+	got, err := n.Acquire(ctx(t), k.lock, "", b, time.Minute)
+	if err != nil || !got.OK || got.HasFence || got.Fence != 0 {
+		t.Fatalf("Acquire without the fence key = %+v, %v; want granted, no counter read", got, err)
+	}
+	if got, err := n.Acquire(ctx(t), k.lock, "", a, time.Minute); err != nil || got.OK || got.HasFence {
+		t.Fatalf("second Acquire without the fence key = %+v, %v; want refused, no counter read", got, err)
+	}
+	if got := read(b); !got.OK || got.Fence != 1<<53+1 {
+		t.Fatalf("ReadFence after an Acquire without the counter = %+v, want held, the counter unchanged", got)
+	}
+}
+
 func (s *suite) writeFence(t *testing.T, n node.Node, k keys) {
 	a, b := token(), token()
 	ok, err := n.WriteFence(ctx(t), k.lock, k.fence, a, 5)
@@ -643,6 +688,10 @@ func calls(n node.Node, k keys, tok string) map[string]func(context.Context) err
 			return err
 		},
 		"RaiseFence": func(c context.Context) error { return n.RaiseFence(c, k.fence, 1) },
+		"ReadFence": func(c context.Context) error {
+			_, err := n.ReadFence(c, k.lock, k.fence, tok)
+			return err
+		},
 		"AcquireFair": func(c context.Context) error {
 			_, err := n.AcquireFair(c, k.lock, k.fence, tok, time.Minute, waiter("calls/2", time.Now().UnixMicro(), 0))
 			return err

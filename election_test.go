@@ -271,6 +271,61 @@ func TestObserveSeesEachChange(t *testing.T) {
 	}
 }
 
+// A change that no node tells of, a holder's lease lapsing (a key's expiry
+// publishes nothing), is seen on the next resync: within 1 s of the keys'
+// expiry with the resync at 250 ms (a period and a read, with room for a
+// loaded machine), and not within 2 s with it out of the test's reach (so it
+// is the resync that saw it).
+func TestObserveResyncSeesALapse(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		resync time.Duration
+		within time.Duration // the lapse is to be seen this soon after the keys expired, or not at all
+		seen   bool
+	}{
+		{"resync 250ms", 250 * time.Millisecond, time.Second, true},
+		{"resync 1h", time.Hour, 2 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer redlock.SetObserveResync(tc.resync)()
+			c, _ := cluster(t, 3, redlock.WithTTL(ttl))
+			ctx := ctxT(t, 20*time.Second)
+			start := time.Now() // before every node's SET: each key expires before start+ttl
+			l, err := c.Lock(ctx, "job", redlock.WithMetadata("holder-1"))
+			require.NoError(t, err)
+			octx, stopObserving := context.WithCancel(ctx)
+			defer stopObserving()
+			seen, err := c.Observe(octx, "job")
+			require.NoError(t, err)
+			select {
+			case li := <-seen:
+				require.False(t, li.Vacant(), "the lock is held: %+v", li)
+				assert.Equal(t, "holder-1", li.Value)
+			case <-ctx.Done():
+				t.Fatal("Observe sent nothing")
+			}
+			require.True(t, time.Now().Before(l.Until()), "the first record came after the lease ended: the test is too slow to say anything")
+
+			expired := start.Add(ttl)
+			wait := time.NewTimer(time.Until(expired.Add(tc.within)))
+			defer wait.Stop()
+			select {
+			case li := <-seen:
+				lag := time.Since(expired)
+				require.True(t, tc.seen, "a record %v after the keys expired, with no resync in reach: %+v", lag, li)
+				assert.True(t, li.Vacant(), "the lease lapsed: %+v", li)
+				t.Logf("the lapse seen %v after the keys expired (resync %v)", lag, tc.resync)
+			case <-wait.C:
+				require.False(t, tc.seen, "the lapse not seen within %v of the keys' expiry (resync %v)", tc.within, tc.resync)
+			}
+			stopObserving()
+			for range seen {
+			}
+		})
+	}
+}
+
 // The holder metadata of a plain lock: Leader reads it (with the token as
 // its term when fenced), only while the lock is held.
 func TestWithMetadata(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -6,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +78,27 @@ func TestElectStopsCommandWhenLeadershipLost(t *testing.T) {
 	assert.Equal(t, 1, r.code, "leadership lost and COMMAND exited 0: status 1; stderr: %s", r.stderr)
 	assert.Contains(t, r.stdout, "got-term", "COMMAND got SIGTERM")
 	assert.Contains(t, r.stderr, `redlock: leadership of "job" lost, stopping sh (SIGTERM, then SIGKILL after 10s)`)
+	assert.NotContains(t, r.stderr, "goroutine")
+}
+
+// A COMMAND that ignores SIGTERM is killed once the grace has passed after
+// the leadership was lost: elect exits as COMMAND did (128+SIGKILL).
+func TestElectKillsCommandAfterGrace(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	marker := filepath.Join(t.TempDir(), "started")
+	script := `trap "echo ignoring" TERM; touch "$1"; while true; do sleep 0.05; done`
+	done := startRunCLI("elect", "--nodes", nodesFlag(servers), "--ttl", "1s", "--grace", "200ms",
+		"job", "--", "sh", "-c", script, "sh", marker)
+	waitFile(t, marker, done)
+	servers[0].Pause()
+	servers[1].Pause()
+	defer servers[0].Resume()
+	defer servers[1].Resume()
+	r := waitResult(t, done)
+	assert.Equal(t, 128+int(syscall.SIGKILL), r.code, "stderr: %s", r.stderr)
+	assert.Contains(t, r.stdout, "ignoring", "COMMAND got SIGTERM first")
+	assert.Contains(t, r.stderr, `redlock: leadership of "job" lost, stopping sh (SIGTERM, then SIGKILL after 200ms)`)
+	assert.Contains(t, r.stderr, "sending SIGKILL")
 	assert.NotContains(t, r.stderr, "goroutine")
 }
 

@@ -132,7 +132,7 @@ func (h *modelHolder) act(g *history.Grant, until func() time.Time, live context
 // resource in use has: otherwise a first fence write-back that missed a
 // node leaves it suspect, and a client that reaches it and one node with
 // the counter is refused every token, an availability cost of fencing).
-func runModel(t *testing.T, seed uint64, clients int, warm func(cl *redlock.Client) error, body func(h *modelHolder)) *modelRun {
+func runModel(t *testing.T, seed uint64, clients int, warm func(cl *redlock.Client) (stop func(), err error), body func(h *modelHolder)) *modelRun {
 	p := modelProfile
 	p.Clients = []int{clients}
 	s := sim.Generate(seed, p)
@@ -150,13 +150,18 @@ func runModel(t *testing.T, seed uint64, clients int, warm func(cl *redlock.Clie
 			},
 		})
 		defer w.Close()
+		stopWarm := func() {}
 		if warm != nil {
 			cl, err := w.NewClient(s.Clients)
+			var stop func()
 			if err == nil {
-				err = warm(cl)
+				stop, err = warm(cl)
 			}
 			if err != nil {
 				t.Fatalf("seed %d: warm-up: %v", seed, err)
+			}
+			if stop != nil {
+				stopWarm = stop
 			}
 		}
 		var faults sync.WaitGroup
@@ -180,6 +185,7 @@ func runModel(t *testing.T, seed uint64, clients int, warm func(cl *redlock.Clie
 			wg.Go(func() { body(h) })
 		}
 		wg.Wait()
+		stopWarm()
 		faults.Wait()
 		run.commands = w.Commands()
 		run.virtual = w.Since()
@@ -236,16 +242,46 @@ func logRuns(t *testing.T, model string, runs []*modelRun, start time.Time) {
 // sometimes with a maximum hold (the renewal stops and the lease lapses),
 // and resign, sometimes only after lingering. At most one leader at a time,
 // terms strictly increasing in the order the leaders took over, no two
-// leaders with one term.
+// leaders with one term; and an observer (Observe, on a client whose links
+// only delay) is never sent a record older than one it was sent.
 func TestSimElection(t *testing.T) {
 	start := time.Now()
+	var observed atomic.Int64 // leader records Observe sent
 	runs := forSeeds(t, func(t *testing.T, seed uint64) *modelRun {
-		return runModel(t, seed, 3, func(cl *redlock.Client) error {
+		return runModel(t, seed, 3, func(cl *redlock.Client) (func(), error) {
 			ld, err := cl.Campaign(context.Background(), "e", "W")
 			if err != nil {
-				return err
+				return nil, err
 			}
-			return ld.Resign(context.Background())
+			if err := ld.Resign(context.Background()); err != nil {
+				return nil, err
+			}
+			// W observes the election while the candidates run: the
+			// records it is sent never go back (a term, then a value's
+			// revision within a term).
+			ctx, cancel := context.WithCancel(context.Background())
+			records, err := cl.Observe(ctx, "e")
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				var top redlock.LeaderInfo
+				for li := range records {
+					if li.Vacant() {
+						continue
+					}
+					observed.Add(1)
+					if li.Term < top.Term || li.Term == top.Term && li.Rev < top.Rev {
+						t.Errorf("seed %d: Observe went back: term %d rev %d (%q) after term %d rev %d (%q)",
+							seed, li.Term, li.Rev, li.Value, top.Term, top.Rev, top.Value)
+					}
+					top = li
+				}
+			}()
+			return func() { cancel(); <-done }, nil
 		}, func(h *modelHolder) {
 			for round := 0; round < 4; round++ {
 				time.Sleep(h.uniform(time.Microsecond, 300*time.Millisecond))
@@ -293,6 +329,10 @@ func TestSimElection(t *testing.T) {
 	logRuns(t, "election", runs, start)
 	if leaders < 2*len(runs) {
 		t.Fatalf("only %d leaderships in %d runs: the runs do not exercise the election", leaders, len(runs))
+	}
+	t.Logf("sim model=election observer: %d leader records sent, none older than one before it", observed.Load())
+	if observed.Load() < int64(len(runs)) {
+		t.Fatalf("Observe sent %d leader records in %d runs: the observer does not exercise the stream", observed.Load(), len(runs))
 	}
 }
 
@@ -377,12 +417,12 @@ func TestSimSemaphore(t *testing.T) {
 func TestSimRWLock(t *testing.T) {
 	start := time.Now()
 	runs := forSeeds(t, func(t *testing.T, seed uint64) *modelRun {
-		return runModel(t, seed, 4, func(cl *redlock.Client) error {
+		return runModel(t, seed, 4, func(cl *redlock.Client) (func(), error) {
 			l, err := cl.TryWLock(context.Background(), "r", redlock.WithFence())
 			if err != nil {
-				return err
+				return nil, err
 			}
-			return l.Release(context.Background())
+			return nil, l.Release(context.Background())
 		}, func(h *modelHolder) {
 			for round := 0; round < 3; round++ {
 				time.Sleep(h.uniform(time.Microsecond, 300*time.Millisecond))

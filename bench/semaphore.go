@@ -377,6 +377,10 @@ type SemaphoreResult struct {
 	// NotRun reports a cell that RunSemaphore skipped (SemaphoreCell.Runs):
 	// only the design, N, permits, Q and Tolerance are filled in.
 	NotRun bool
+	// Measured is the fault tolerance MeasureTolerance found (the most
+	// servers down with which a permit was still granted), or -1 when not
+	// measured.
+	Measured int
 }
 
 // CPUPerAcq returns the CPU time per acquisition of d (ClientCPU or
@@ -395,7 +399,7 @@ func (r SemaphoreResult) CPUPerAcq(d time.Duration) time.Duration {
 // N and number of permits); goroutine g uses ss[g % len(ss)].
 func SemaphoreScenario(ss []Semaphorer, cfg SemaphoreConfig) SemaphoreResult {
 	s := ss[0]
-	r := SemaphoreResult{Design: s.Design(), N: s.N(), Permits: s.Permits(), Tolerance: s.Tolerance(), Goroutines: cfg.Goroutines, Clients: len(ss)}
+	r := SemaphoreResult{Design: s.Design(), N: s.N(), Permits: s.Permits(), Tolerance: s.Tolerance(), Goroutines: cfg.Goroutines, Clients: len(ss), Measured: -1}
 	r.Q = s.N() - s.Tolerance()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration)
 	defer cancel()
@@ -501,6 +505,10 @@ type SemaphoreRun struct {
 	// Clients are separate clients (each its own connections and semaphore
 	// object) sharing the goroutines; at least 1.
 	Clients int
+	// ToleranceWait, when positive, has RunSemaphore measure each cell's
+	// fault tolerance after its run (MeasureTolerance, waiting this long
+	// for a permit with each number of servers down).
+	ToleranceWait time.Duration
 }
 
 // Goroutines returns the goroutines of a cell of permits permits.
@@ -514,7 +522,7 @@ func (cfg SemaphoreRun) Goroutines(permits int) int { return max(4, cfg.PerPermi
 // holders at once than permits is an error of the call.
 func RunSemaphore(ctx context.Context, cfg SemaphoreRun, cell SemaphoreCell, name string) (SemaphoreResult, error) {
 	if !cell.Runs() {
-		return SemaphoreResult{Design: cell.Design, N: cell.N, Permits: cell.Permits, Q: cell.Q(), Tolerance: cell.Tolerance(), NotRun: true}, nil
+		return SemaphoreResult{Design: cell.Design, N: cell.N, Permits: cell.Permits, Q: cell.Q(), Tolerance: cell.Tolerance(), NotRun: true, Measured: -1}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return SemaphoreResult{}, err
@@ -525,6 +533,12 @@ func RunSemaphore(ctx context.Context, cfg SemaphoreRun, cell SemaphoreCell, nam
 	if err := cfg.Cluster.Flush(); err != nil {
 		return SemaphoreResult{}, err
 	}
+	open := func() (Semaphorer, error) {
+		if cell.Design == DesignSlots {
+			return NewSlotSemaphore(cfg.Cluster.URLs(cell.N), name, cell.Permits)
+		}
+		return NewCountingSemaphore(cfg.Cluster.Addrs(cell.N), name, cell.Permits, TTL, true)
+	}
 	var ss []Semaphorer
 	closeAll := func() error {
 		var errs []error
@@ -534,13 +548,7 @@ func RunSemaphore(ctx context.Context, cfg SemaphoreRun, cell SemaphoreCell, nam
 		return errors.Join(errs...)
 	}
 	for range max(1, cfg.Clients) {
-		var s Semaphorer
-		var err error
-		if cell.Design == DesignSlots {
-			s, err = NewSlotSemaphore(cfg.Cluster.URLs(cell.N), name, cell.Permits)
-		} else {
-			s, err = NewCountingSemaphore(cfg.Cluster.Addrs(cell.N), name, cell.Permits, TTL, true)
-		}
+		s, err := open()
 		if err != nil {
 			return SemaphoreResult{}, errors.Join(err, closeAll())
 		}
@@ -559,5 +567,60 @@ func RunSemaphore(ctx context.Context, cfg SemaphoreRun, cell SemaphoreCell, nam
 	if r.MostHolders > cell.Permits {
 		return r, fmt.Errorf("bench: %s, n=%d, N=%d: %d holders at once", cell.Design, cell.Permits, cell.N, r.MostHolders)
 	}
+	if cfg.ToleranceWait > 0 {
+		if err := cfg.Cluster.Flush(); err != nil {
+			return r, err
+		}
+		s, err := open()
+		if err != nil {
+			return r, err
+		}
+		r.Measured, err = MeasureTolerance(ctx, s, cfg.Cluster.Servers[:cell.N], cfg.ToleranceWait)
+		err = errors.Join(err, s.Close())
+		if err != nil {
+			return r, err
+		}
+		if r.Measured != r.Tolerance {
+			return r, fmt.Errorf("bench: %s, n=%d, N=%d: permits granted with up to %d servers down, N − q = %d", cell.Design, cell.Permits, cell.N, r.Measured, r.Tolerance)
+		}
+	}
 	return r, nil
+}
+
+// MeasureTolerance finds by experiment how many of servers (those s runs
+// over) may be down while s still grants a permit: for f = 0, 1, … it kills
+// one more server and waits up to wait for a permit (released at once); it
+// returns the last f with which a permit came. The killed servers are
+// restarted, empty, before it returns. For a sound design the result is
+// s.Tolerance(): a permit with more servers down would mean its quorum is
+// smaller than it claims, none with fewer that it is not available when it
+// should be.
+func MeasureTolerance(ctx context.Context, s Semaphorer, servers []*Server, wait time.Duration) (tolerates int, err error) {
+	killed := 0
+	defer func() {
+		for _, srv := range servers[:killed] {
+			err = errors.Join(err, srv.Restart())
+		}
+	}()
+	tolerates = -1
+	for f := 0; f <= len(servers); f++ {
+		if f > 0 {
+			servers[f-1].Kill()
+			killed = f
+		}
+		actx, cancel := context.WithTimeout(ctx, wait)
+		p, aerr := s.Acquire(actx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return tolerates, err
+		}
+		if aerr != nil {
+			return tolerates, nil
+		}
+		tolerates = f
+		rctx, cancel := context.WithTimeout(ctx, wait)
+		_ = p.Release(rctx) // a release on a majority of the live servers; the rest expires
+		cancel()
+	}
+	return tolerates, nil
 }

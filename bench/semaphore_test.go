@@ -89,6 +89,38 @@ func TestSemaphoreScenario(t *testing.T) {
 	}
 }
 
+// TestSemaphoreToleranceMeasured: the fault tolerance of each design,
+// measured by killing servers one by one (MeasureTolerance, through
+// RunSemaphore), is the one its quorum promises: N − ⌈(N+1)/2⌉ for the slots,
+// N − q for the counting design; RunSemaphore fails when they differ.
+func TestSemaphoreToleranceMeasured(t *testing.T) {
+	cl := cluster(t)
+	cfg := bench.SemaphoreRun{Cluster: cl, Duration: 100 * time.Millisecond, Hold: time.Millisecond, PerPermit: 2, Clients: 1, ToleranceWait: time.Second}
+	for _, tc := range []struct {
+		cell bench.SemaphoreCell
+		want int
+	}{
+		{bench.SemaphoreCell{Design: bench.DesignSlots, Permits: 2, N: 1}, 0},
+		{bench.SemaphoreCell{Design: bench.DesignSlots, Permits: 2, N: 3}, 1},
+		{bench.SemaphoreCell{Design: bench.DesignSlots, Permits: 8, N: 5}, 2},
+		{bench.SemaphoreCell{Design: bench.DesignCounting, Permits: 2, N: 5}, 1}, // q = 4
+	} {
+		r, err := bench.RunSemaphore(context.Background(), cfg, tc.cell, "tol")
+		must(t, err, tc.cell.Design)
+		t.Logf("%s n=%d N=%d: q %d, tolerates %d (measured %d)", r.Design, r.Permits, r.N, r.Q, r.Tolerance, r.Measured)
+		if r.Measured != tc.want || r.Tolerance != tc.want {
+			t.Errorf("%s n=%d N=%d: tolerates %d, measured %d, want %d", r.Design, r.Permits, r.N, r.Tolerance, r.Measured, tc.want)
+		}
+	}
+	// The servers are back: a cell over all of them runs.
+	r, err := bench.RunSemaphore(context.Background(), bench.SemaphoreRun{Cluster: cl, Duration: 100 * time.Millisecond, Hold: time.Millisecond, PerPermit: 2, Clients: 1},
+		bench.SemaphoreCell{Design: bench.DesignSlots, Permits: 2, N: 5}, "tol-after")
+	must(t, err, "after")
+	if r.Acquisitions == 0 || r.Measured != -1 {
+		t.Errorf("after the measurement: %d acquisitions, measured %d (want some, and -1: not asked)", r.Acquisitions, r.Measured)
+	}
+}
+
 func must(t *testing.T, err error, what string) {
 	t.Helper()
 	if err != nil {

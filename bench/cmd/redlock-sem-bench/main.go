@@ -1,8 +1,11 @@
 // Command redlock-sem-bench measures the two designs of a counting semaphore
 // over N nodes (docs/semaphore.md): acquisitions per second with contention
 // (twice as many goroutines as permits, each holding its permit -hold), and
-// the fault tolerance of each (arithmetic: N − majority for the slots, N − q
-// for the counting quorum, q = quorum.Counting(n, N)). The counting design
+// the fault tolerance of each: N − majority for the slots, N − q for the
+// counting quorum (q = quorum.Counting(n, N)), and measured after each run by
+// killing the cell's servers one by one until no permit comes within
+// -tolerance-wait (bench.MeasureTolerance; the run fails if the two differ).
+// The counting design
 // runs only where it tolerates a failed node, and at N=1 as the single-node
 // Redisson-style baseline (the same scripts). It prints a Markdown table.
 //
@@ -32,14 +35,15 @@ func main() {
 	nodesFlag := flag.String("nodes", "1,3,5,7", "comma-separated numbers of nodes")
 	factor := flag.Int("contenders", 2, "goroutines per permit (at least 4 goroutines)")
 	clients := flag.Int("clients", 1, "separate clients (each its own connections and semaphore object) sharing the goroutines")
+	tolWait := flag.Duration("tolerance-wait", time.Second, "how long to wait for a permit with each number of servers killed when measuring the fault tolerance (0: not measured)")
 	flag.Parse()
 	permits, err1 := ints(*permitsFlag)
 	nodes, err2 := ints(*nodesFlag)
-	if err1 != nil || err2 != nil || *duration <= 0 || *factor < 1 || *clients < 1 {
+	if err1 != nil || err2 != nil || *duration <= 0 || *factor < 1 || *clients < 1 || *tolWait < 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*bin, *duration, *hold, permits, nodes, *factor, *clients); err != nil {
+	if err := run(*bin, *duration, *hold, permits, nodes, *factor, *clients, *tolWait); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -57,7 +61,7 @@ func ints(s string) ([]int, error) {
 	return out, nil
 }
 
-func run(bin string, d, hold time.Duration, permits, nodes []int, factor, clients int) error {
+func run(bin string, d, hold time.Duration, permits, nodes []int, factor, clients int, tolWait time.Duration) error {
 	most := 0
 	for _, n := range nodes {
 		most = max(most, n)
@@ -69,16 +73,16 @@ func run(bin string, d, hold time.Duration, permits, nodes []int, factor, client
 	defer cl.Close()
 	fmt.Printf("%v per run, hold %v, %d goroutines per permit (at least 4) over %d client(s), GOMAXPROCS %d, %s\n\n",
 		d, hold, factor, clients, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
-	fmt.Println("| permits n | nodes N | design | q | tolerates | goroutines | acquisitions/s | p50 wait | p99 wait | most holders | client CPU/acq | servers CPU/acq | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	cfg := bench.SemaphoreRun{Cluster: cl, Duration: d, Hold: hold, PerPermit: factor, Clients: clients}
+	fmt.Println("| permits n | nodes N | design | q | tolerates (N − q) | tolerates, measured | goroutines | acquisitions/s | p50 wait | p99 wait | most holders | client CPU/acq | servers CPU/acq | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	cfg := bench.SemaphoreRun{Cluster: cl, Duration: d, Hold: hold, PerPermit: factor, Clients: clients, ToleranceWait: tolWait}
 	for i, cell := range bench.SemaphoreCells(permits, nodes) {
 		r, err := bench.RunSemaphore(context.Background(), cfg, cell, fmt.Sprintf("bench%d", i+1))
 		if err != nil {
 			return err
 		}
 		if r.NotRun {
-			fmt.Printf("| %d | %d | %s | %d | 0 | | not run: no fault tolerance | | | | | | |\n", r.Permits, r.N, r.Design, r.Q)
+			fmt.Printf("| %d | %d | %s | %d | 0 | | | not run: no fault tolerance | | | | | | |\n", r.Permits, r.N, r.Design, r.Q)
 			continue
 		}
 		errs := strconv.Itoa(r.Errors)
@@ -89,8 +93,12 @@ func run(bin string, d, hold time.Duration, permits, nodes []int, factor, client
 		if r.Design == bench.DesignCounting && r.N == 1 {
 			label += ", Redisson-style baseline"
 		}
-		fmt.Printf("| %d | %d | %s | %d | %d | %d | %.0f | %s | %s | %d | %s | %s | %s |\n",
-			r.Permits, r.N, label, r.Q, r.Tolerance, r.Goroutines, r.AcqPerSec, ms(r.P50Wait), ms(r.P99Wait), r.MostHolders,
+		measured := "not measured"
+		if r.Measured >= 0 {
+			measured = strconv.Itoa(r.Measured)
+		}
+		fmt.Printf("| %d | %d | %s | %d | %d | %s | %d | %.0f | %s | %s | %d | %s | %s | %s |\n",
+			r.Permits, r.N, label, r.Q, r.Tolerance, measured, r.Goroutines, r.AcqPerSec, ms(r.P50Wait), ms(r.P99Wait), r.MostHolders,
 			perAcq(r, r.ClientCPU), perAcq(r, r.ServerCPU), errs)
 	}
 	return nil

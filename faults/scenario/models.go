@@ -94,7 +94,8 @@ type Hold struct {
 	Term     uint64
 	FenceErr error
 	// Sent is when the call that granted it was made (Campaign,
-	// TryAcquire, TryRLock, TryWLock), Reply when it returned.
+	// TryAcquire, Acquire, RLock, WLock and their Try forms), Reply when it
+	// returned.
 	Sent, Reply time.Time
 	// Until is the validity end as the holder knew it last (a leader's, as
 	// last renewed).
@@ -239,9 +240,12 @@ type ModelRun struct {
 	// fenceRefusals: Campaign refused because too few nodes that granted
 	// have the term's counter (expected after an empty restart: P5).
 	fenceRefusals atomic.Int64
-	renewOK       atomic.Int64
-	renewFailed   atomic.Int64
-	poke          chan struct{}
+	// waited: grants by a waiting call (Acquire, RLock, WLock) of the
+	// semaphore and read-write models.
+	waited      atomic.Int64
+	renewOK     atomic.Int64
+	renewFailed atomic.Int64
+	poke        chan struct{}
 
 	mu     sync.Mutex
 	holds  []*Hold
@@ -454,6 +458,14 @@ func (r *ModelRun) watching() (name, pinKind string) {
 }
 
 // pending returns the pin pending on name, if any.
+// readPinning reports whether a phase pins (or is about to pin) a read lock
+// of name.
+func (r *ModelRun) readPinning(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pin != nil && r.pin.name == name && r.pin.kind == KindRead
+}
+
 func (r *ModelRun) pending(name string) *modelPin {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -662,6 +674,11 @@ type ModelPhase struct {
 
 // MinRefused is the number of competitors' refusals a phase waits for.
 const MinRefused = 3
+
+// waitingCall bounds a waiting call of the semaphore and read-write models
+// (Acquire, RLock, WLock): long enough to be woken by a release, short
+// enough that a phase's refusals keep coming.
+const waitingCall = 200 * time.Millisecond
 
 const phaseWait = 15 * time.Second
 
@@ -962,6 +979,9 @@ func (r *ModelRun) Finish() ModelResult {
 		refused += ph.Refused
 		during += ph.During
 	}
+	if r.cfg.Model == Semaphore || r.cfg.Model == RWLock {
+		v.extra += fmt.Sprintf(" waited_grants=%d", r.waited.Load())
+	}
 	line := fmt.Sprintf("fault scenario=%s acquisitions=%d violations=%d preconditions=%s phases=%d refused_in_phases=%d granted_during_faults=%d %s wall_clock_steps_ms=%d duration_ms=%d",
 		r.cfg.Name, len(holds), v.violations, Held, len(phases), refused, during, v.extra, stepped.Milliseconds(), elapsed.Milliseconds())
 	report(line)
@@ -1197,8 +1217,9 @@ func (electionOps) check(r *ModelRun, holds []*Hold) modelVerdict {
 	return v
 }
 
-// semaphoreOps: users take a permit of the semaphore (TryAcquire), hold it
-// briefly and release it; a phase pins as many permits as there are.
+// semaphoreOps: users take a permit of the semaphore (TryAcquire, or
+// Acquire waiting up to waitingCall), hold it briefly and release it; a
+// phase pins as many permits as there are.
 type semaphoreOps struct{ permits int }
 
 func (semaphoreOps) kind(string) string { return KindPermit }
@@ -1212,7 +1233,18 @@ func (o semaphoreOps) try(ctx context.Context, r *ModelRun, i int, name, _ strin
 		}
 		r.sems[i][name] = sem
 	}
-	p, err := sem.TryAcquire(ctx, redlock.WithPermitTTL(ttl))
+	var p *redlock.Permit
+	var err error
+	if mrand.IntN(2) == 0 { // one attempt
+		p, err = sem.TryAcquire(ctx, redlock.WithPermitTTL(ttl))
+	} else { // or a wait, woken by a release, for a bounded time
+		wctx, cancel := context.WithTimeout(ctx, waitingCall)
+		p, err = sem.Acquire(wctx, redlock.WithPermitTTL(ttl))
+		cancel()
+		if err == nil {
+			r.waited.Add(1)
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1234,8 +1266,12 @@ func (o semaphoreOps) keys(name string) []string {
 func (o semaphoreOps) pins() int                              { return o.permits }
 func (semaphoreOps) refusal(string, string) bool              { return true }
 func (semaphoreOps) ready(*ModelRun, string, time.Time) error { return nil }
-func (o semaphoreOps) check(_ *ModelRun, holds []*Hold) modelVerdict {
-	return checkPermits(holds, o.permits)
+func (o semaphoreOps) check(r *ModelRun, holds []*Hold) modelVerdict {
+	v := checkPermits(holds, o.permits)
+	if r.waited.Load() == 0 {
+		return withProblem(v, "no permit was granted to a waiting call (Acquire)")
+	}
+	return v
 }
 
 // checkPermits judges permits: at most n holders of a semaphore at once
@@ -1279,7 +1315,8 @@ func withProblem(v modelVerdict, p string) modelVerdict {
 	return v
 }
 
-// rwOps: readers (two attempts in three) and writers (TryRLock, TryWLock);
+// rwOps: readers (two attempts in three) and writers (TryRLock, TryWLock, or
+// RLock, WLock waiting up to waitingCall);
 // a writer takes its fencing token (Fence) once granted. While a pin of
 // one kind is pending on a lock, its attempts are of that kind.
 type rwOps struct{}
@@ -1314,16 +1351,43 @@ func conflicting(pinKind string) string {
 
 func (rwOps) try(ctx context.Context, r *ModelRun, i int, name, kind string, ttl time.Duration) (*handle, *Hold, error) {
 	c := r.clients[i]
+	// Half the calls wait (RLock, WLock), for a bounded time, woken by
+	// releases; the others make one attempt. Not a writer while a read lock
+	// is pinned or watched: a waiting writer marks the nodes against new
+	// readers, and the phase is to see readers share the pinned one.
+	wait := mrand.IntN(2) == 0
+	if w, wk := r.watching(); kind == KindWrite && (w == name && wk == KindRead || r.readPinning(name)) {
+		wait = false
+	}
+	if wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, waitingCall)
+		defer cancel()
+	}
 	if kind == KindRead {
-		rl, err := c.TryRLock(ctx, name, redlock.WithLockTTL(ttl))
+		rlock := c.TryRLock
+		if wait {
+			rlock = c.RLock
+		}
+		rl, err := rlock(ctx, name, redlock.WithLockTTL(ttl))
 		if err != nil {
 			return nil, nil, err
 		}
+		if wait {
+			r.waited.Add(1)
+		}
 		return readHandle(rl), &Hold{Kind: KindRead, Until: rl.Until()}, nil
 	}
-	l, err := c.TryWLock(ctx, name, redlock.WithLockTTL(ttl))
+	wlock := c.TryWLock
+	if wait {
+		wlock = c.WLock
+	}
+	l, err := wlock(ctx, name, redlock.WithLockTTL(ttl))
 	if err != nil {
 		return nil, nil, err
+	}
+	if wait {
+		r.waited.Add(1)
 	}
 	h := writeHandle(l)
 	h.then = func(ctx context.Context, g *Hold) { g.Term, g.FenceErr = l.Fence(ctx) }
@@ -1365,7 +1429,13 @@ func (rwOps) refusal(pinKind, kind string) bool { return pinKind != KindRead || 
 
 func (rwOps) ready(*ModelRun, string, time.Time) error { return nil }
 
-func (rwOps) check(_ *ModelRun, holds []*Hold) modelVerdict { return checkRW(holds) }
+func (rwOps) check(r *ModelRun, holds []*Hold) modelVerdict {
+	v := checkRW(holds)
+	if r.waited.Load() == 0 {
+		return withProblem(v, "no lock was granted to a waiting call (RLock, WLock)")
+	}
+	return v
+}
 
 func checkRW(holds []*Hold) modelVerdict {
 	in := make([]*history.Grant, len(holds))

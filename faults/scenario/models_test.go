@@ -102,8 +102,8 @@ func TestFaultElection(t *testing.T) {
 }
 
 // TestFaultSemaphore: five clients take permits of two semaphores of two
-// permits each (TryAcquire, or Acquire waiting up to 200 ms: half of each;
-// the run must have grants of both), hold them for up to 2 ms and release them; in
+// permits each (TryAcquire, or Acquire waiting up to 200 ms, half of each;
+// some grants must come to waiting calls), hold them for up to 2 ms and release them; in
 // each phase both permits of the first are pinned, each holding exactly
 // the victim and one other node. CheckSemaphore: never more than two
 // holders at once; and, each slot being a lock, never two holders of one
@@ -114,7 +114,7 @@ func TestFaultSemaphore(t *testing.T) {
 
 // TestFaultRWLock: four clients take read locks (two attempts in three) and
 // write locks (TryRLock, TryWLock, or RLock, WLock waiting up to 200 ms:
-// half of each, the run must have grants of both; a writer fences) of two
+// half of each, some grants to waiting calls; a writer fences) of two
 // resources; in each phase a reader or a writer of the first is pinned. CheckRW: never a
 // reader beside a writer, never two writers, writers' tokens in order.
 func TestFaultRWLock(t *testing.T) {

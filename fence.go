@@ -168,37 +168,47 @@ func (c *Client) grace(ctx context.Context, settled <-chan struct{}, start time.
 	t.Stop()
 }
 
-// writeFence is one round trip to every node: the trusted nodes write token back
-// inside the lock (only they count). The suspects are repaired the same way,
-// inside the lock, without counting: the token is above every token they
-// accepted before they lost their counters (docs/fencing.md §6, the repair
-// lemma), and a repair that lands late finds our window closed (any loss
-// closes it) and writes nothing. Every other node's counter, if it has one,
-// is raised to the token; a raise never creates a counter (it could land after
-// that node lost its data and accepted larger tokens).
+// writeFence is one round trip to every node but the suspects: the trusted
+// nodes write token back inside the lock (only they count), and every other
+// node's counter, if it has one, is raised to the token; a raise never
+// creates a counter (it could land after that node lost its data and accepted
+// larger tokens). Once the trusted write-back reached a majority, and only
+// then, a second round repairs the suspects the same way, inside the lock,
+// without counting: the token is above every token they accepted before they
+// lost their counters (docs/fencing.md §6, the repair lemma, which needs our
+// lock still held on a majority after the read that made them suspects), and
+// a repair that lands late finds our window closed (any loss closes it) and
+// writes nothing. A repair sent beside the trusted writes could land although
+// they failed: with the counters read lazily (a read inside the window, not at
+// the SET), a suspect's read can come after our keys on the trusted nodes
+// expired and other holders fenced higher tokens there and on the suspect
+// (TestFenceLazyRepairWaitsForTrustedMajority).
 func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect []int) error {
 	c := l.c
 	trusted := make([]bool, len(c.nodes))
 	for _, i := range eligible {
 		trusted[i] = true
 	}
-	isSuspect := make([]bool, len(c.nodes))
-	for _, i := range suspect {
-		isSuspect[i] = true
+	idx := c.all
+	if len(suspect) > 0 {
+		isSuspect := make([]bool, len(c.nodes))
+		for _, i := range suspect {
+			isSuspect[i] = true
+		}
+		idx = make([]int, 0, len(c.nodes)-len(suspect))
+		for i := range c.nodes {
+			if !isSuspect[i] {
+				idx = append(idx, i)
+			}
+		}
 	}
 	start := c.cfg.clock.Now()
-	// The value is true when a suspect was repaired.
-	call := round[bool]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (bool, bool, error) {
-		switch {
-		case trusted[i]:
+	call := round[struct{}]{op: "fence", idx: idx, call: func(ctx context.Context, i int, n node.Node) (struct{}, bool, error) {
+		if trusted[i] {
 			ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
-			return false, ok, err
-		case isSuspect[i]:
-			ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
-			return ok, false, err
-		default:
-			return false, false, n.RaiseFence(ctx, l.fenceKey, token)
+			return struct{}{}, ok, err
 		}
+		return struct{}{}, false, n.RaiseFence(ctx, l.fenceKey, token)
 	}}.start(ctx, c)
 	o := call.Wait(ctx)
 	if !o.Success {
@@ -208,11 +218,22 @@ func (l *Lock) writeFence(ctx context.Context, token uint64, eligible, suspect [
 		}
 		return call.fail(ctx, l.resource, kind, o, nil)
 	}
-	// Give the other nodes as long again as the majority took, so that the next
-	// grant finds their counters; a slow or paused node is not waited for.
+	if len(suspect) == 0 {
+		// Give the other nodes as long again as the majority took, so that
+		// the next grant finds their counters; a slow or paused node is not
+		// waited for.
+		c.grace(ctx, call.Settled(), start)
+		return nil
+	}
+	// The value is true when the suspect was repaired.
+	repair := round[bool]{op: "fence", idx: suspect, need: len(suspect), call: func(ctx context.Context, _ int, n node.Node) (bool, bool, error) {
+		ok, err := n.WriteFence(ctx, l.key, l.fenceKey, l.token, token)
+		return ok, ok, err
+	}}.start(ctx, c)
 	c.grace(ctx, call.Settled(), start)
-	for _, i := range suspect {
-		if r := call.Replies()[i]; r.Done && r.Err == nil && r.Value {
+	c.grace(ctx, repair.Settled(), start)
+	for j, i := range suspect {
+		if r := repair.Replies()[j]; r.Done && r.Err == nil && r.Value {
 			c.log(ctx, slog.LevelWarn, "fence counter repaired", l.key, l.token, "node", c.nodes[i].Name())
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/internal/stall"
 )
 
 // BadNodeConfig describes a run of separate clients' workers against nodes of
@@ -77,7 +78,9 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 
 	stop := make(chan struct{})
 	peak := sampleGoroutines(stop)
-	w := &badNodeWorkers{cfg: cfg, bound: cfg.Deadline + cfg.NodeTimeout + 100*time.Millisecond}
+	meter := stall.Start(0)
+	defer meter.Stop()
+	w := &badNodeWorkers{cfg: cfg, bound: cfg.Deadline + cfg.NodeTimeout + 100*time.Millisecond, meter: meter}
 	var wg sync.WaitGroup
 	for ci, c := range clients {
 		for wi := range cfg.Workers {
@@ -104,9 +107,9 @@ func RunBadNode(tb testing.TB, cfg BadNodeConfig) BadNodeResult {
 	res.Acquisitions, res.Failed = int(w.acquired.Load()), int(w.failed.Load())
 	res.LateCalls, res.Slowest = int(w.late.Load()), time.Duration(w.slowest.Load())
 
-	line := fmt.Sprintf("fault scenario=%s acquisitions=%d failed=%d goroutines_peak=%d goroutines_after_close=%d goroutines_baseline=%d close_ms=%d late_calls=%d slowest_ms=%d",
+	line := fmt.Sprintf("fault scenario=%s acquisitions=%d failed=%d goroutines_peak=%d goroutines_after_close=%d goroutines_baseline=%d close_ms=%d late_calls=%d slowest_ms=%d stall_max_ms=%d",
 		cfg.Name, res.Acquisitions, res.Failed, res.GoroutinesPeak, res.GoroutinesAfter, res.GoroutinesBaseline,
-		res.Close.Milliseconds(), res.LateCalls, res.Slowest.Milliseconds())
+		res.Close.Milliseconds(), res.LateCalls, res.Slowest.Milliseconds(), meter.Max().Milliseconds())
 	if cfg.Measure != nil {
 		line += " " + cfg.Measure()
 	}
@@ -140,7 +143,8 @@ func sampleGoroutines(stop <-chan struct{}) <-chan int {
 // badNodeWorkers counts what the workers of a bad-node run saw.
 type badNodeWorkers struct {
 	cfg                    BadNodeConfig
-	bound                  time.Duration // a call returning later is late
+	bound                  time.Duration // a call returning later, beyond the process' stalls meanwhile, is late
+	meter                  *stall.Meter
 	acquired, failed, late atomic.Int64
 	slowest                atomic.Int64 // nanoseconds
 }
@@ -179,7 +183,7 @@ func (w *badNodeWorkers) call(f func(ctx context.Context) error) error {
 	start := time.Now()
 	err := f(ctx)
 	d := time.Since(start)
-	if d > w.bound {
+	if d > w.bound+w.meter.Since(start) {
 		w.late.Add(1)
 	}
 	for s := w.slowest.Load(); int64(d) > s && !w.slowest.CompareAndSwap(s, int64(d)); s = w.slowest.Load() {

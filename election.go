@@ -74,7 +74,7 @@ func (c *Client) Campaign(ctx context.Context, name, value string, opts ...DoOpt
 	if err != nil {
 		return nil, err
 	}
-	lockOpts = append(lockOpts, WithFence(), lockOptionFunc(func(lc *lockConfig) error { lc.meta = &value; return nil }))
+	lockOpts = append(lockOpts, WithFence(), watchedKey, lockOptionFunc(func(lc *lockConfig) error { lc.meta = &value; return nil }))
 	for attempt := 0; ; attempt++ {
 		l, err := c.Lock(ctx, name, lockOpts...)
 		if err != nil {

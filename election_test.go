@@ -271,6 +271,76 @@ func TestObserveSeesEachChange(t *testing.T) {
 	}
 }
 
+// A resignation is told by the release itself: a leader elected without
+// waiting leaves no waiters' queue on the nodes, and its release still tells
+// the name's channel (an election's lock key is watched: a plain lock's
+// release tells only its queue), so the observer sees the vacancy at once,
+// with the resync out of reach.
+func TestObserveSeesAResignationWithNobodyQueued(t *testing.T) {
+	defer redlock.SetObserveResync(time.Hour)()
+	servers := redistest.StartN(t, 3)
+	watcher, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer watcher.Close()
+	a, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer a.Close()
+	ctx := ctxT(t, 10*time.Second)
+	seen, err := watcher.Observe(ctx, "lone")
+	require.NoError(t, err)
+	next := func(what string) redlock.LeaderInfo {
+		t.Helper()
+		select {
+		case li, ok := <-seen:
+			require.True(t, ok, "Observe's channel closed early")
+			return li
+		case <-ctx.Done():
+			t.Fatalf("Observe did not see %s", what)
+		}
+		return redlock.LeaderInfo{}
+	}
+	require.True(t, next("the vacancy").Vacant())
+	la, err := a.Campaign(ctx, "lone", "a")
+	require.NoError(t, err)
+	assert.Equal(t, la.Info(), next("the leader"))
+	require.NoError(t, la.Resign(ctx))
+	assert.True(t, next("the resignation").Vacant())
+}
+
+// A plain lock taken WithMetadata has a holder's record that Observe and
+// Leader read: its release tells the key's channel as an election's does
+// (found by an adversarial review of the queue's mark: it did not).
+func TestObserveSeesTheReleaseOfALockWithMetadata(t *testing.T) {
+	defer redlock.SetObserveResync(time.Hour)()
+	servers := redistest.StartN(t, 3)
+	watcher, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer watcher.Close()
+	a, err := redlock.Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	defer a.Close()
+	ctx := ctxT(t, 10*time.Second)
+	seen, err := watcher.Observe(ctx, "plain")
+	require.NoError(t, err)
+	next := func(what string) redlock.LeaderInfo {
+		t.Helper()
+		select {
+		case li, ok := <-seen:
+			require.True(t, ok, "Observe's channel closed early")
+			return li
+		case <-ctx.Done():
+			t.Fatalf("Observe did not see %s", what)
+		}
+		return redlock.LeaderInfo{}
+	}
+	require.True(t, next("the vacancy").Vacant())
+	l, err := a.Lock(ctx, "plain", redlock.WithMetadata("a"))
+	require.NoError(t, err)
+	assert.Equal(t, "a", next("the holder").Value)
+	require.NoError(t, l.Release(ctx))
+	assert.True(t, next("the release").Vacant())
+}
+
 // A change that no node tells of, a holder's lease lapsing (a key's expiry
 // publishes nothing), is seen on the next resync: within 1 s of the keys'
 // expiry with the resync at 250 ms (a period and a read, with room for a

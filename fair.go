@@ -39,10 +39,28 @@ const fairLeaseMin = 2 * time.Second
 // every attempt.
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
-// releaseOn releases key on n; with notify, through the node's waiters'
-// queue, so that only its head is woken. waiter is the id of the waiter the
+// tell says whom a release tells that the lock is free.
+type tell uint8
+
+const (
+	// tellNone: nobody (the cleanup of a failed attempt: the lock is held
+	// elsewhere).
+	tellNone tell = iota
+	// tellQueue: the head of each node's waiters' queue only (a plain lock,
+	// whose waiters queue): with nobody queued the release is the
+	// compare-and-delete alone.
+	tellQueue
+	// tellAll: the head of the queue, or, with nobody queued, the key's own
+	// watchers (a write lock's waiting readers and writers, a semaphore's
+	// waiters, an election's observers).
+	tellAll
+)
+
+// releaseOn releases key on n; unless to is tellNone, through the node's
+// waiters' queue, so that only its head is woken (or, with tellAll and
+// nobody queued, the key's watchers). waiter is the id of the waiter the
 // lock was granted to, or empty: it leaves the queue. args, if set, are
-// the same key, token and waiter laid out already (Lock.args), which a
+// the same key, token, waiter and to laid out already (Lock.args), which a
 // *node.Redis sends as they are.
 //
 // A node whose ACL lacks the queue's commands (a minimal ACL written before
@@ -50,8 +68,8 @@ func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMa
 // release: the lock is then released as by Release, waking the key's
 // watchers, so that such a client's locks still work; its waiters fail
 // with "permission denied".
-func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, notify bool, args *node.LockArgs) (bool, error) {
-	if !notify {
+func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, to tell, args *node.LockArgs) (bool, error) {
+	if to == tellNone {
 		return n.Release(ctx, key, token, false)
 	}
 	var (
@@ -61,7 +79,7 @@ func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter 
 	if r, isRedis := n.(*node.Redis); isRedis && args != nil { // the same call, its arguments laid out once
 		ok, err = r.ReleaseArgs(ctx, args)
 	} else {
-		ok, err = n.ReleaseFair(ctx, key, token, waiter)
+		ok, err = n.ReleaseFair(ctx, key, token, waiter, to == tellAll)
 	}
 	if err != nil && isPermission(err.Error()) {
 		return n.Release(ctx, key, token, true)

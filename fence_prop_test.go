@@ -217,7 +217,7 @@ func (m *memNode) Name() string { return m.name }
 func (m *memNode) Close() error { return nil }
 
 // ReleaseFair is Release: the waiters' queue is not modelled.
-func (m *memNode) ReleaseFair(ctx context.Context, key, token, _ string) (bool, error) {
+func (m *memNode) ReleaseFair(ctx context.Context, key, token, _ string, _ bool) (bool, error) {
 	return m.Release(ctx, key, token, true)
 }
 

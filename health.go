@@ -175,8 +175,8 @@ type nodeHealth struct {
 	fails     int // consecutive transport failures
 	open      bool
 	nextProbe time.Time
-	probing   bool                    // a probe goroutine runs
-	pending   map[pendingRelease]bool // -> notify
+	probing   bool // a probe goroutine runs
+	pending   map[pendingRelease]tell
 	dropped   int
 	// Reporting: the state last reported, and when each state was last logged.
 	state  NodeState
@@ -326,27 +326,27 @@ func (h *nodeHealth) setNextProbe(t time.Time) {
 
 // deferRelease queues a cleanup release while the breaker is open; it reports false
 // when the breaker is closed (the caller sends the release itself).
-func (h *nodeHealth) deferRelease(key, token string, notify bool) bool {
+func (h *nodeHealth) deferRelease(key, token string, t tell) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.open {
 		return false
 	}
 	if h.pending == nil {
-		h.pending = map[pendingRelease]bool{}
+		h.pending = map[pendingRelease]tell{}
 	}
 	k := pendingRelease{key, token}
 	if _, ok := h.pending[k]; !ok && len(h.pending) >= maxPendingReleases {
 		h.dropped++
 		return true
 	}
-	h.pending[k] = h.pending[k] || notify
+	h.pending[k] = max(h.pending[k], t)
 	return true
 }
 
 // answered closes the breaker on a probe's answer at now, and returns the
 // releases that waited for it and the state change.
-func (h *nodeHealth) answered(now time.Time) (map[pendingRelease]bool, int, *NodeHealthEvent) {
+func (h *nodeHealth) answered(now time.Time) (map[pendingRelease]tell, int, *NodeHealthEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.open, h.fails, h.probing = false, 0, false
@@ -427,8 +427,8 @@ func (c *Client) probe(i int) {
 	pending, dropped, change := h.answered(c.cfg.clock.Now())
 	c.logNode(slog.LevelInfo, "node answers again", i, "pending_releases", len(pending), "dropped_releases", dropped)
 	c.healthChanged(i, change)
-	for k, notify := range pending {
-		c.releaseNow(i, k.key, k.token, "", notify, nil)
+	for k, w := range pending {
+		c.releaseNow(i, k.key, k.token, "", w, nil)
 	}
 }
 

@@ -49,6 +49,10 @@ type Lock struct {
 	// before the undo of its grants starts: abandonAndWait).
 	keepPlace bool
 
+	// tell is whom the lock's release tells: tellQueue, or tellAll for a
+	// lock whose key has watchers (newLock).
+	tell tell
+
 	// args are the acquisition's and the release's script arguments, laid
 	// out once for every node (set up with the lock, its waiter before the
 	// acquisition starts; read-only after).
@@ -60,7 +64,7 @@ type Lock struct {
 type releaseOps struct{ l *Lock }
 
 func (r releaseOps) call(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, true, &r.l.args)
+	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, r.l.tell, &r.l.args)
 	return struct{}{}, ok, err
 }
 
@@ -82,14 +86,21 @@ func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.ob
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token. counted says whether the acquisition reads the
 // fence counters (a plain acquisition reads them only for a lock fenced at
-// once: an uncontended Lock is then one SET on each node).
-func (c *Client) newLock(resource string, ttl time.Duration, counted bool) (*Lock, error) {
+// once: an uncontended Lock is then one SET on each node). watched says
+// whether others watch the lock key's own channel for its release (a write
+// lock's waiting readers and writers, a semaphore's waiters, the observers of
+// an election or of a lock with a holder's record): a plain lock's waiters
+// queue, and its release then tells only the queue's head (tellQueue).
+func (c *Client) newLock(resource string, ttl time.Duration, counted, watched bool) (*Lock, error) {
 	token, key, fenceKey, err := newLockStrings(c.cfg.prefix, resource)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl, counted: counted}
-	l.args.Init(key, l.countersKey(), token, ttl)
+	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl, counted: counted, tell: tellQueue}
+	if watched {
+		l.tell = tellAll
+	}
+	l.args.Init(key, l.countersKey(), token, ttl, watched)
 	return l, nil
 }
 
@@ -172,14 +183,14 @@ func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
 		// Given back by its own Lock call, which goes on waiting: the lock is
 		// free, its waiter keeps its place (a release with the waiter marks it
 		// gone, and the node would refuse its next attempts).
-		l.c.releaseDetached(i, l.key, l.token, "", true, nil)
+		l.c.releaseDetached(i, l.key, l.token, "", l.tell, nil)
 		return
 	}
 	if l.isReleased() {
-		l.c.releaseDetached(i, l.key, l.token, l.waiter, true, &l.args)
+		l.c.releaseDetached(i, l.key, l.token, l.waiter, l.tell, &l.args)
 		return
 	}
-	l.c.releaseDetached(i, l.key, l.token, "", false, nil)
+	l.c.releaseDetached(i, l.key, l.token, "", tellNone, nil)
 }
 
 // granted records a successful acquisition.

@@ -106,6 +106,10 @@ type DoOption interface {
 
 type lockOptionFunc func(*lockConfig) error
 
+// watchedKey marks a lock whose key's own channel others watch for its
+// release (a semaphore's slot, an election's name: Client.newLock).
+var watchedKey = lockOptionFunc(func(c *lockConfig) error { c.watched = true; return nil })
+
 func (f lockOptionFunc) applyLock(c *lockConfig) error              { return f(c) }
 func (f lockOptionFunc) applyDo(c *lockConfig, _ *holdConfig) error { return f(c) }
 
@@ -119,6 +123,7 @@ type lockConfig struct {
 	waiter   *place // the place in the nodes' waiters' queues (WithFair)
 	fence    bool
 	meta     *string // WithMetadata, or a leader's value (meta.go): written right after the grant
+	watched  bool    // the key's own channel is watched (semaphore slots, an election): newLock
 	ttl      time.Duration
 	retryMin time.Duration
 	retryMax time.Duration

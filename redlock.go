@@ -445,8 +445,10 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
-	// A waiter's attempts (the queue's script) read the counters anyway.
-	l, err := c.newLock(resource, lc.ttl, lc.fence || lc.waiter != nil)
+	// A waiter's attempts (the queue's script) read the counters anyway. A
+	// lock with a holder's record may be observed (Observe, Leader): its
+	// release tells the key's channel, as an election's does.
+	l, err := c.newLock(resource, lc.ttl, lc.fence || lc.waiter != nil, lc.watched || lc.meta != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -547,23 +549,23 @@ func (c *Client) abandonAcquire(call *quorum.Call[node.Acquired], l *Lock) {
 // node timeout: cleanup that the caller's cancellation cannot cut short. For a
 // node whose breaker is open, the release waits (bounded, deduplicated) until
 // the node answers again.
-func (c *Client) releaseDetached(i int, key, token, waiter string, notify bool, args *node.LockArgs) {
-	if c.health[i].deferRelease(key, token, notify) {
+func (c *Client) releaseDetached(i int, key, token, waiter string, to tell, args *node.LockArgs) {
+	if c.health[i].deferRelease(key, token, to) {
 		return // a waiter still queued there is dropped when its lease runs out
 	}
-	c.releaseNow(i, key, token, waiter, notify, args)
+	c.releaseNow(i, key, token, waiter, to, args)
 }
 
 // releaseNow sends a cleanup release to node i through its breaker.
-func (c *Client) releaseNow(i int, key, token, waiter string, notify bool, args *node.LockArgs) {
+func (c *Client) releaseNow(i int, key, token, waiter string, to tell, args *node.LockArgs) {
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
 	err := ErrNodeDown
 	if c.health[i].allow() { // callNode, without a closure
-		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, notify, args)
+		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, to, args)
 		c.recordCall(i, err)
 	}
-	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, notify) {
+	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, to) {
 		return
 	}
 	if err != nil {

@@ -36,11 +36,11 @@ func (n *slowReleaseNode) Release(ctx context.Context, key, token string, notify
 	return n.Node.Release(ctx, key, token, notify)
 }
 
-func (n *slowReleaseNode) ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error) {
+func (n *slowReleaseNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
 	if err := n.hold(ctx); err != nil {
 		return false, err
 	}
-	return n.Node.ReleaseFair(ctx, key, token, waiter)
+	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
 }
 
 // TestNextAttemptAwaitsOwnRelease: Release returns once a majority released.

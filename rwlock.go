@@ -257,7 +257,7 @@ func (c *Client) tryWrite(ctx context.Context, resource string, lc lockConfig, w
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
-	l, err := c.newLock(resource, lc.ttl, true) // rwwrite.lua reads the counters
+	l, err := c.newLock(resource, lc.ttl, true, true) // rwwrite.lua reads the counters; readers and writers watch the key
 	if err != nil {
 		return nil, err
 	}

@@ -151,8 +151,10 @@ func TestMinimalACLIsNeeded(t *testing.T) {
 
 // QueueACL is the part of MinimalACL that the waiters' queue needs
 // (docs/operations.md): its scripts keep sorted sets. Before the queue was
-// one (2026-12-03), the default mode did without it.
-const QueueACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl"
+// one (2026-12-03), the default mode did without it. +mget since
+// 2026-12-04: the release reads the lock key and the queue's mark in one
+// command; without it the release reads them apart (one command more).
+const QueueACL = "+zadd +zrem +zrange +zrangebyscore +zscore +zrank +exists +pttl +mget"
 
 // Both modes wait, woken by a release, as a user with MinimalACL; without
 // QueueACL (a rule written for the default mode before the queue was one)
@@ -163,7 +165,9 @@ func TestMinimalACLQueue(t *testing.T) {
 	s := redistest.Start(t)
 	old := strings.TrimSuffix(MinimalACL, " "+QueueACL)
 	require.NotEqual(t, MinimalACL, old)
-	for user, rule := range map[string]string{"old": old, "min": MinimalACL} {
+	noMGET := strings.Replace(MinimalACL, " +mget", "", 1) // a rule of 2026-12-03
+	require.NotEqual(t, MinimalACL, noMGET)
+	for user, rule := range map[string]string{"old": old, "min": MinimalACL, "nomget": noMGET} {
 		args := []any{"SETUSER", user}
 		for _, f := range strings.Fields(rule) {
 			args = append(args, f)
@@ -186,6 +190,14 @@ func TestMinimalACLQueue(t *testing.T) {
 			require.NoError(t, err)
 			defer other.Close()
 			wokenByRelease(t, s, c, other, res)
+
+			// Without MGET the release reads the lock key and the queue's
+			// mark apart: it still releases, and wakes the queue's head.
+			nc, err := redlock.Dial([]string{"redis://nomget:lock-pw@" + s.Addr()}, mode.opts...)
+			require.NoError(t, err)
+			defer nc.Close()
+			exercise(t, nc, res)
+			wokenByRelease(t, s, nc, other, res)
 
 			oc, err := redlock.Dial([]string{"redis://old:lock-pw@" + s.Addr()}, mode.opts...)
 			require.NoError(t, err)

@@ -395,7 +395,7 @@ func (s *Semaphore) try(ctx context.Context, i int, ttl time.Duration, skipBusy 
 	if !ok {
 		return nil, nil
 	}
-	l, err := s.c.TryLock(ctx, s.slots[i], WithLockTTL(ttl))
+	l, err := s.c.TryLock(ctx, s.slots[i], WithLockTTL(ttl), watchedKey) // its waiters watch the slot's key (slotWatch)
 	var p *Permit
 	var q *QuorumError
 	if err == nil {

@@ -55,7 +55,7 @@ func TestClusterWakeOtherSlot(t *testing.T) {
 	require.Equal(t, node.Queued, r.Queue)
 	q, _ := node.QueueKeys(b)
 
-	rel, err := n.ReleaseFair(ctx, b, "holder", "")
+	rel, err := n.ReleaseFair(ctx, b, "holder", "", true)
 	require.NoError(t, err)
 	require.True(t, rel)
 	select {
@@ -109,7 +109,7 @@ func TestClusterHerd(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, node.Queued, r.Queue)
 	}
-	rel, err := n.ReleaseFair(ctx, b, "holder", "")
+	rel, err := n.ReleaseFair(ctx, b, "holder", "", true)
 	require.NoError(t, err)
 	require.True(t, rel)
 	select {

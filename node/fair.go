@@ -17,9 +17,9 @@ var fairLeaveSrc string
 var fairReleaseSrc string
 
 var (
-	fairAcquireScript = newGrantScript("fairacquire", 4, 1, fairAcquireSrc)
+	fairAcquireScript = newGrantScript("fairacquire", 5, 1, fairAcquireSrc)
 	fairLeaveScript   = newScript("fairleave", 3, 1, fairLeaveSrc)
-	fairReleaseScript = newScript("fairrelease", 3, 1, fairReleaseSrc)
+	fairReleaseScript = newScript("fairrelease", 4, 1, fairReleaseSrc)
 )
 
 // TicketBound is how far a waiter's ticket may be from a node's clock
@@ -60,11 +60,15 @@ type Queuer interface {
 	LeaveQueue(ctx context.Context, key, id string) error
 	// ReleaseFair deletes key if it still holds token, as Release does, and
 	// reports whether it did; when key is free afterwards it wakes the head
-	// of the queue only, on its channel (WaiterChannel), or the key's
-	// watchers when nobody is queued. waiter, if not empty, is the id of
-	// the waiter the lock was granted to: it leaves the queue first (a node
-	// that refused it still has it queued, perhaps at the head).
-	ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error)
+	// of the queue only, on its channel (WaiterChannel), or, when nobody is
+	// queued and tell is set, the key's watchers (Watch of key: a lock whose
+	// waiters do not queue, such as a read-write lock's). waiter, if not
+	// empty, is the id of the waiter the lock was granted to: it leaves the
+	// queue first (a node that refused it still has it queued, perhaps at
+	// the head). The queue is looked at only when its mark (QueueMarkKey)
+	// exists, which outlives it: an uncontended release with tell unset is
+	// the compare-and-delete alone.
+	ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error)
 }
 
 // WaiterChannel is the channel on which the waiter id is told that key was
@@ -83,4 +87,17 @@ func WaiterChannel(key, id string) string {
 func QueueKeys(key string) (queue, leases string) {
 	leases = key + ":qx" // one allocation for both: the queue key is its prefix
 	return leases[:len(leases)-1], leases
+}
+
+// QueueMarkKey returns the key of the mark of key's waiters' queue: a string
+// that exists at least as long as the queue does (the queued acquisition
+// sets both expiries together), so that a release reads it with the lock
+// key in one MGET and looks at the queue only when it may exist.
+func QueueMarkKey(key string) string { return key + ":qm" }
+
+// queueKeys returns QueueKeys and QueueMarkKey, in one allocation.
+func queueKeys(key string) (queue, leases, mark string) {
+	s := key + ":qm" + key + ":qx"
+	n := len(key)
+	return s[:n+2], s[n+3:], s[:n+3]
 }

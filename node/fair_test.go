@@ -41,7 +41,7 @@ func (f fairQueue) acquire(token string, w node.Waiter) node.Acquired {
 // release is ReleaseFair; it must not fail.
 func (f fairQueue) release(token, waiter string) bool {
 	f.t.Helper()
-	ok, err := f.n.ReleaseFair(f.ctx, f.key, token, waiter)
+	ok, err := f.n.ReleaseFair(f.ctx, f.key, token, waiter, true)
 	require.NoError(f.t, err)
 	return ok
 }
@@ -210,4 +210,82 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.LeaveQueue(ctx, key, "y"))
 	require.NoError(t, n.LeaveQueue(ctx, key, "z"))
+}
+
+// The queue's mark outlives the queue: whenever the queue exists, its mark
+// expires no earlier (PEXPIRETIME), whatever the waiters' leases and the
+// order of their arrivals, leaves and releases, so that a release that finds
+// no mark (fairrelease.lua: one MGET with the lock key) may skip the queue.
+// And the release reads the queue, and wakes its head, while it has one.
+func TestQueueMarkOutlivesTheQueue(t *testing.T) {
+	s, n, ctx := dialed(t, 10*time.Second)
+	const key, fence = "redlock:{mark}", "redlock:{mark}:fence"
+	q, _ := node.QueueKeys(key)
+	mark := node.QueueMarkKey(key)
+	expires := func(k string) int64 {
+		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
+		require.NoError(t, err)
+		return ms // -2: no key; -1: no expiry
+	}
+	withQueue := 0
+	check := func(step string) {
+		t.Helper()
+		qe := expires(q)
+		if qe == -2 {
+			return
+		}
+		withQueue++
+		require.NotEqual(t, int64(-1), qe, "%s: the queue has no expiry", step)
+		assert.GreaterOrEqual(t, expires(mark), qe, "%s: the mark expires before the queue", step)
+	}
+	base := time.Now().UnixMicro()
+	leases := []time.Duration{100 * time.Millisecond, 5 * time.Second, time.Second, 20 * time.Second, 300 * time.Millisecond}
+	holder := ""
+	for i := range 60 {
+		w := node.Waiter{ID: "w/" + string(rune('a'+i%7)), Ticket: base + int64(i%7), Lease: leases[i%len(leases)]}
+		switch i % 4 {
+		case 0, 1: // queue, or take the lock at the head
+			tok := "t" + w.ID
+			a, err := n.AcquireFair(ctx, key, fence, tok, time.Minute, w)
+			require.NoError(t, err)
+			if a.OK {
+				holder = w.ID
+			}
+		case 2: // leave
+			require.NoError(t, n.LeaveQueue(ctx, key, w.ID))
+		case 3: // the holder releases
+			if holder != "" {
+				ok, err := n.ReleaseFair(ctx, key, "t"+holder, holder, false)
+				require.NoError(t, err)
+				require.True(t, ok)
+				holder = ""
+			}
+		}
+		check(strings.Repeat("·", i%4) + w.ID)
+		if i == 30 { // every waiter gone at once: the queue goes, the mark may stay
+			_, err := s.Do("DEL", q)
+			require.NoError(t, err)
+		}
+	}
+
+	require.Greater(t, withQueue, 15, "the steps seldom had a queue: they test little")
+
+	// With a waiter queued and the lock free, a release that finds the mark
+	// wakes the head on its channel, told of the key's watchers or not.
+	_, err := s.Do("DEL", key, q, mark)
+	require.NoError(t, err)
+	require.True(t, fairQueue{t, n, ctx, key, fence, base}.acquire("t-h", waiter("h/1", 1)).OK)
+	_, err = n.AcquireFair(ctx, key, fence, "t-next", time.Minute, node.Waiter{ID: "next/1", Ticket: base + 2, Lease: time.Minute})
+	require.NoError(t, err)
+	woken, stop, err := n.Watch(ctx, node.WaiterChannel(key, "next/1"))
+	require.NoError(t, err)
+	defer stop()
+	ok, err := n.ReleaseFair(ctx, key, "t-h", "h/1", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	select {
+	case <-woken:
+	case <-ctx.Done():
+		t.Fatal("the head was not woken")
+	}
 }

@@ -1,7 +1,10 @@
 -- Fair acquire: take the lock only for the head of the waiters' queue.
 -- KEYS[1] lock key, KEYS[2] fence counter key, KEYS[3] queue (sorted set:
 -- waiter -> ticket), KEYS[4] waiters' leases (sorted set: waiter -> deadline in
--- ms of the node's clock); all in the lock key's hash slot.
+-- ms of the node's clock), KEYS[5] the queue's mark (a string that outlives
+-- the queue: its expiry is set with the queue's, to the same time, so that
+-- fairrelease.lua reads it with the lock key in one MGET and looks at the
+-- queue only when it may exist); all in the lock key's hash slot.
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] waiter id, ARGV[4] ticket
 -- (µs, chosen by the waiter, the same on every node, so that every node orders
 -- the waiters alike: node.Waiter), ARGV[5] lease in ms.
@@ -70,7 +73,10 @@ end
 local lease = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
 -- Only ever lengthened: another waiter's lease may be longer than ours.
-if redis.call('PTTL', KEYS[3]) < 2 * lease then redis.call('PEXPIRE', KEYS[3], 2 * lease) end
+if redis.call('PTTL', KEYS[3]) < 2 * lease then
+  redis.call('PEXPIRE', KEYS[3], 2 * lease)
+  redis.call('SET', KEYS[5], '1', 'PX', 2 * lease)
+end
 if redis.call('PTTL', KEYS[4]) < 2 * lease then redis.call('PEXPIRE', KEYS[4], 2 * lease) end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
 if ahead > 0 and dropDead() > 0 then

@@ -64,9 +64,9 @@ type (
 		keys [2]string
 		args [3]any
 	}
-	callBuf3x2 struct {
-		keys [3]string
-		args [2]any
+	callBuf4x3 struct {
+		keys [4]string
+		args [3]any
 	}
 )
 
@@ -148,16 +148,25 @@ func CreateFenceCall(key, fenceKey, token string, fence uint64) Call {
 
 // AcquireFairCall is Queuer.AcquireFair's call.
 func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) Call {
-	q, qx := QueueKeys(key)
-	return Call{Script{fairAcquireScript}, []string{key, fenceKey, q, qx},
+	q, qx, qm := queueKeys(key)
+	return Call{Script{fairAcquireScript}, []string{key, fenceKey, q, qx, qm},
 		[]any{token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1)}}
 }
 
 // ReleaseFairCall is Queuer.ReleaseFair's call.
-func ReleaseFairCall(key, token, waiter string) Call {
-	q, qx := QueueKeys(key)
-	b := &callBuf3x2{[3]string{key, q, qx}, [2]any{token, waiter}}
+func ReleaseFairCall(key, token, waiter string, tell bool) Call {
+	q, qx, qm := queueKeys(key)
+	b := &callBuf4x3{[4]string{key, q, qx, qm}, [3]any{token, waiter, tellArg(tell)}}
 	return Call{Script{fairReleaseScript}, b.keys[:], b.args[:]}
+}
+
+// tellArg is fairrelease.lua's ARGV[3]: whether the key's own channel has
+// listeners to tell when nobody is queued.
+func tellArg(tell bool) any {
+	if tell {
+		return readCounter // "1"
+	}
+	return skipCounter // "0"
 }
 
 // LeaveQueueCall is Queuer.LeaveQueue's call.
@@ -291,8 +300,8 @@ func (s *Scripted) AcquireFair(ctx context.Context, key, fenceKey, token string,
 }
 
 // ReleaseFair implements Queuer.
-func (s *Scripted) ReleaseFair(ctx context.Context, key, token, waiter string) (bool, error) {
-	return s.flag(ctx, ReleaseFairCall(key, token, waiter))
+func (s *Scripted) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
+	return s.flag(ctx, ReleaseFairCall(key, token, waiter, tell))
 }
 
 // LeaveQueue implements Queuer.

@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -353,10 +355,20 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	// split-vote grace, and the attempt gives up (releasing what it took):
 	// try again.
 	var a *redlock.Lock
+	var tries []string
 	for try := 0; try < 10; try++ {
+		start := time.Now()
 		if a, err = c.TryLock(ctx, "late"); err == nil {
 			break
 		}
+		tries = append(tries, fmt.Sprintf("try %d after %v: %v", try, time.Since(start), err))
+	}
+	if err != nil { // seen once in CI (4 December, run 4): what held j and l?
+		for i, s := range servers {
+			v, gerr := redis.String(s.Do("GET", key))
+			t.Logf("node %d holds %q (%v); B's token %q", i, v, gerr, b.Token())
+		}
+		t.Logf("A's tries:\n%s", strings.Join(tries, "\n"))
 	}
 	require.NoError(t, err, "A holds j and k")
 	tokA, err := a.Fence(ctx)

@@ -278,27 +278,8 @@ func TestObserveSeesEachChange(t *testing.T) {
 // with the resync out of reach.
 func TestObserveSeesAResignationWithNobodyQueued(t *testing.T) {
 	defer redlock.SetObserveResync(time.Hour)()
-	servers := redistest.StartN(t, 3)
-	watcher, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	defer watcher.Close()
-	a, err := redlock.Dial(redistest.URLs(servers))
-	require.NoError(t, err)
-	defer a.Close()
 	ctx := ctxT(t, 10*time.Second)
-	seen, err := watcher.Observe(ctx, "lone")
-	require.NoError(t, err)
-	next := func(what string) redlock.LeaderInfo {
-		t.Helper()
-		select {
-		case li, ok := <-seen:
-			require.True(t, ok, "Observe's channel closed early")
-			return li
-		case <-ctx.Done():
-			t.Fatalf("Observe did not see %s", what)
-		}
-		return redlock.LeaderInfo{}
-	}
+	a, next := observedClient(t, ctx, "lone")
 	require.True(t, next("the vacancy").Vacant())
 	la, err := a.Campaign(ctx, "lone", "a")
 	require.NoError(t, err)
@@ -312,17 +293,32 @@ func TestObserveSeesAResignationWithNobodyQueued(t *testing.T) {
 // (found by an adversarial review of the queue's mark: it did not).
 func TestObserveSeesTheReleaseOfALockWithMetadata(t *testing.T) {
 	defer redlock.SetObserveResync(time.Hour)()
+	ctx := ctxT(t, 10*time.Second)
+	a, next := observedClient(t, ctx, "plain")
+	require.True(t, next("the vacancy").Vacant())
+	l, err := a.Lock(ctx, "plain", redlock.WithMetadata("a"))
+	require.NoError(t, err)
+	assert.Equal(t, "a", next("the holder").Value)
+	require.NoError(t, l.Release(ctx))
+	assert.True(t, next("the release").Vacant())
+}
+
+// observedClient starts three servers, a client observing name on them (its
+// resync is the caller's to set) and another client, a, to lock with; next
+// returns the next record the observer is sent, failing the test with what
+// it waited for when ctx ends first.
+func observedClient(t *testing.T, ctx context.Context, name string) (a *redlock.Client, next func(what string) redlock.LeaderInfo) {
+	t.Helper()
 	servers := redistest.StartN(t, 3)
 	watcher, err := redlock.Dial(redistest.URLs(servers))
 	require.NoError(t, err)
-	defer watcher.Close()
-	a, err := redlock.Dial(redistest.URLs(servers))
+	t.Cleanup(func() { _ = watcher.Close() })
+	a, err = redlock.Dial(redistest.URLs(servers))
 	require.NoError(t, err)
-	defer a.Close()
-	ctx := ctxT(t, 10*time.Second)
-	seen, err := watcher.Observe(ctx, "plain")
+	t.Cleanup(func() { _ = a.Close() })
+	seen, err := watcher.Observe(ctx, name)
 	require.NoError(t, err)
-	next := func(what string) redlock.LeaderInfo {
+	return a, func(what string) redlock.LeaderInfo {
 		t.Helper()
 		select {
 		case li, ok := <-seen:
@@ -333,12 +329,6 @@ func TestObserveSeesTheReleaseOfALockWithMetadata(t *testing.T) {
 		}
 		return redlock.LeaderInfo{}
 	}
-	require.True(t, next("the vacancy").Vacant())
-	l, err := a.Lock(ctx, "plain", redlock.WithMetadata("a"))
-	require.NoError(t, err)
-	assert.Equal(t, "a", next("the holder").Value)
-	require.NoError(t, l.Release(ctx))
-	assert.True(t, next("the release").Vacant())
 }
 
 // A change that no node tells of, a holder's lease lapsing (a key's expiry

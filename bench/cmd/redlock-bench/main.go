@@ -79,6 +79,11 @@ type flags struct {
 	phases          string
 	adapterNodes    string
 	adapterNs       []int // adapterNodes, parsed
+	// The scaling phase (issue 23): clients per N, each run's length, the chart.
+	scaling         string
+	scalingCells    map[int][]int // scaling, parsed
+	scalingDuration time.Duration
+	scalingSVG      string
 	// The "Beyond a mutex" phases (election, semaphore, rwlock).
 	electionDuration   time.Duration
 	electionCandidates int
@@ -108,6 +113,9 @@ func main() {
 	flag.DurationVar(&f.clientsHold, "clients-hold", 0, "how long a separate client holds the lock")
 	flag.StringVar(&f.phases, "phases", "", "comma-separated phases to run (default all but clients-adapters): sequential,throughput,contended,clients,clients-fair,clients-paused,paused,killed,election,semaphore,rwlock,clients-adapters")
 	flag.StringVar(&f.adapterNodes, "adapters-nodes", "5", "comma-separated N of the clients-adapters phase (1, 3 or 5; each adds 3 × -rounds × -clients-duration)")
+	flag.StringVar(&f.scaling, "scaling", "1:8,64,256,1000 3:8,64,300 5:8,64,300", "the scaling phase's separate clients per N (N:clients,... separated by spaces); each cell adds -rounds × -scaling-duration")
+	flag.DurationVar(&f.scalingDuration, "scaling-duration", 10*time.Second, "time of each run of the scaling phase")
+	flag.StringVar(&f.scalingSVG, "scaling-svg", "", "file to draw the scaling phase's chart to (empty: none)")
 	flag.DurationVar(&f.electionDuration, "election-duration", 1500*time.Millisecond, "time of the election hand-over runs, and of their plain-lock reference, at each N (in all rounds)")
 	flag.IntVar(&f.electionCandidates, "election-candidates", 4, "separate clients campaigning in the election phase")
 	flag.DurationVar(&f.semDuration, "sem-duration", time.Second, "measured time of each semaphore cell (17 cells run: n=2, 8, 64 at N=1, 3, 5, 7)")
@@ -124,7 +132,13 @@ func main() {
 	if err != nil {
 		log.Print(err)
 	}
-	if flag.NArg() > 0 || err != nil || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 ||
+	scalingCells, serr := parseScaling(f.scaling)
+	if serr != nil {
+		log.Print(serr)
+		err = serr
+	}
+	f.scalingCells = scalingCells
+	if flag.NArg() > 0 || err != nil || f.scalingDuration <= 0 || f.rounds < 1 || f.iters < 1 || f.goroutines < 1 || f.contenders < 2 || f.clients < 2 || f.clientsDuration <= 0 || f.duration <= 0 || f.contended <= 0 ||
 		f.electionDuration <= 0 || f.electionCandidates < 2 || f.semDuration <= 0 || f.semPerPermit < 1 || f.rwIters < 1 {
 		flag.Usage()
 		os.Exit(2)
@@ -158,6 +172,8 @@ type runner struct {
 	// adapterNotes are the clients-adapters phase's summary, for the report's
 	// notes (its results are not in the tables).
 	adapterNotes []string
+	// scalingNotes are the scaling phase's summary, likewise.
+	scalingNotes []string
 }
 
 func run(f flags) error {
@@ -192,7 +208,7 @@ func run(f flags) error {
 	}{{"sequential", r.sequential, false}, {"throughput", r.throughput, false}, {"contended", r.contended, false}, {"clients", r.clients, false},
 		{"clients-fair", r.clientsFair, false}, {"clients-paused", r.clientsPaused, false}, {"paused", r.paused, false}, {"killed", r.killed, false},
 		{"election", r.election, false}, {"semaphore", r.semaphore, false}, {"rwlock", r.rwlock, false},
-		{"clients-adapters", r.clientsAdapters, true}}
+		{"clients-adapters", r.clientsAdapters, true}, {"scaling", r.scalingPhase, true}}
 	for _, p := range phases {
 		if !f.runs(p.name, p.optional) {
 			continue
@@ -213,6 +229,7 @@ func run(f flags) error {
 	}
 	rep.Settings = settings(f)
 	rep.Notes = append(notes(rep, f), r.adapterNotes...)
+	rep.Notes = append(rep.Notes, r.scalingNotes...)
 	if rep.Beyond != nil {
 		rep.Notes = append(rep.Notes, rep.Beyond.Notes()...)
 	}

@@ -124,7 +124,14 @@ func (li LeaderInfo) newer(old LeaderInfo) bool {
 // the answers. A record is read from a node only while the lock key there
 // holds the token of the holder that wrote it. Every leader writes its
 // record to a majority before Campaign returns, and any two majorities share
-// a node: Leader sees the current leader, or one elected after it started.
+// a node: Leader sees the current leader, or one elected after it started;
+// it may also see a leader whose release (Resign, Release) returned at a
+// majority and has yet to land on the node read, unless that release was
+// this client's: a read of node i waits for this client's own release of
+// name there to answer (bounded by the node timeout), so that a client does
+// not read itself as the holder after its release returned. (Not awaited: the
+// release of a node whose acquisition was still in flight at Release, sent
+// as that acquisition lands.)
 // It fails with ErrNoLeader when none of the answers has a record, and with
 // a *QuorumError (ErrUnavailable) when fewer than a majority answered.
 func (c *Client) Leader(ctx context.Context, name string) (LeaderInfo, error) {
@@ -143,7 +150,8 @@ func (c *Client) Leader(ctx context.Context, name string) (LeaderInfo, error) {
 		m     node.Meta
 		found bool
 	}
-	call := round[record]{op: "leader", call: func(ctx context.Context, _ int, n node.Node) (record, bool, error) {
+	call := round[record]{op: "leader", call: func(ctx context.Context, i int, n node.Node) (record, bool, error) {
+		c.awaitOwnRelease(ctx, name, i) // our own release still landing there would show us as the holder
 		m, found, err := n.ReadMeta(ctx, key)
 		return record{m, found}, err == nil, err // every answer counts
 	}}.start(ctx, c)

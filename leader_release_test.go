@@ -1,0 +1,99 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// readSignalNode is a slowReleaseNode (release_inflight_test.go) that tells
+// read once its ReadMeta answered.
+type readSignalNode struct {
+	*slowReleaseNode
+	read chan struct{}
+}
+
+func (n *readSignalNode) ReadMeta(ctx context.Context, key string) (node.Meta, bool, error) {
+	defer close(n.read)
+	return n.slowReleaseNode.ReadMeta(ctx, key)
+}
+
+// afterReadNode answers ReadMeta only once another node's ReadMeta answered:
+// the majority of a Leader read then includes that node.
+type afterReadNode struct {
+	node.Node
+	after <-chan struct{}
+}
+
+func (n *afterReadNode) ReadMeta(ctx context.Context, key string) (node.Meta, bool, error) {
+	select {
+	case <-n.after:
+	case <-ctx.Done():
+		return node.Meta{}, false, ctx.Err()
+	}
+	return n.Node.ReadMeta(ctx, key)
+}
+
+// TestLeaderAfterOwnRelease: Release returns once a majority released; the
+// third node's release is still on its way (held) when the same client asks
+// Leader, whose majority is made to include that node. Leader must not
+// report the client's own released lock as held (ExampleWithMetadata printed
+// "false" in a CI run): its read of that node waits for the client's own
+// release there. Before the fix it returned the holder's record at once.
+func TestLeaderAfterOwnRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	dial := func(i int) node.Node {
+		n, err := node.Dial(servers[i].URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Close() })
+		return n
+	}
+	slow := &readSignalNode{slowReleaseNode: &slowReleaseNode{Node: dial(2), let: make(chan struct{})}, read: make(chan struct{})}
+	nodes := []node.Node{dial(0), &afterReadNode{Node: dial(1), after: slow.read}, slow}
+	acquired := make(chan struct{}, 3)
+	c, err := redlock.New(nodes, redlock.WithNodeTimeout(5*time.Second), redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
+		if e.Op == "acquire" {
+			acquired <- struct{}{}
+		}
+	}}))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	l, err := c.Lock(ctx, "report", redlock.WithMetadata("host-1"))
+	require.NoError(t, err)
+	// Every node answered the acquisition before the release: a node whose
+	// acquisition is still in flight at Release is released as it lands
+	// (undoStraggler), and that release is not awaited (docs/architecture.md).
+	for range nodes {
+		<-acquired
+	}
+	require.NoError(t, l.Release(ctx), "a majority released")
+
+	type result struct {
+		li  redlock.LeaderInfo
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		li, err := c.Leader(ctx, "report")
+		done <- result{li, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+		close(slow.let)
+	case <-time.After(300 * time.Millisecond):
+		close(slow.let) // Leader waits for our release on the third node: let it land
+		r = <-done
+	}
+	require.Truef(t, errors.Is(r.err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", r.li, r.err)
+}

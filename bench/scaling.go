@@ -96,10 +96,10 @@ func WriteScalingSVG(w io.Writer, points []ScalingPoint) error {
 		return fmt.Errorf("bench: no scaling points to draw")
 	}
 	const (
-		width, height = 720, 560
+		width, height = 720, 590
 		left, right   = 70, 110
 		panelH        = 200
-		top1, top2    = 40, 320
+		top1, top2    = 40, 330
 	)
 	var ns []int
 	minC, maxC := math.Inf(1), 0.0
@@ -145,8 +145,18 @@ func WriteScalingSVG(w io.Writer, points []ScalingPoint) error {
 				clients = append(clients, p.Clients)
 			}
 		}
+		slices.Sort(clients)
+		lastX, low := math.Inf(-1), false
 		for _, c := range clients {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`+"\n", x(c), top+panelH+16, c)
+			// Close counts (256 and 300) would print over each other: the
+			// second goes a line lower.
+			low = x(c)-lastX < 30 && !low
+			dy := 16
+			if low {
+				dy = 28
+			}
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%d</text>`+"\n", x(c), top+panelH+dy, c)
+			lastX = x(c)
 		}
 		for _, n := range ns {
 			color := scalingColors[n]
@@ -168,11 +178,11 @@ func WriteScalingSVG(w io.Writer, points []ScalingPoint) error {
 				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", xy[0], xy[1], color)
 			}
 		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">separate clients contending for one key (log scale)</text>`+"\n", left+int(plotW/2), top+panelH+34)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">separate clients contending for one key (log scale)</text>`+"\n", left+int(plotW/2), top+panelH+46)
 	}
 	panelOf("Acquisitions/s (medians), hold 0", top1, maxRate, func(p ScalingPoint) float64 { return p.OpsPerSec }, opsS)
 	panelOf("Server commands per acquisition, per node", top2, maxCmds, func(p ScalingPoint) float64 { return p.CmdsPerNode },
-		func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) })
+		func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) })
 	for i, n := range ns {
 		color := scalingColors[n]
 		if color == "" {

@@ -83,8 +83,9 @@ func (g *gateNode) ReadFence(ctx context.Context, key, fenceKey, token string) (
 }
 
 // readBarrier holds a client's reads of the counters (a lazy Fence's round,
-// sent to every node) until every node answered, or failed at once for a
-// cut: the round's majority then comes in with every reply. Fence waits
+// sent to every node: the gated clients have no breaker to skip one) until
+// every node answered, or failed at once for a cut: the round's majority
+// then comes in with every reply. Fence waits
 // for the others only a grace as long as the majority took (fence.go), and
 // the tests below need each reachable node's reply in the plan (a suspect is
 // repaired only if its reply is): under load a reply later than the grace

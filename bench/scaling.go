@@ -85,8 +85,18 @@ func WriteScalingTable(w io.Writer, points []ScalingPoint) error {
 	return err
 }
 
-// scalingColors are the lines' colours, by N.
-var scalingColors = map[int]string{1: "#1f77b4", 3: "#ff7f0e", 5: "#2ca02c"}
+// scalingColor is the colour of N's line.
+func scalingColor(n int) string {
+	switch n {
+	case 1:
+		return "#1f77b4"
+	case 3:
+		return "#ff7f0e"
+	case 5:
+		return "#2ca02c"
+	}
+	return "#555"
+}
 
 // WriteScalingSVG draws the points as a chart: acquisitions/s against the
 // number of clients (a log scale), one line per N, and under it the server
@@ -159,23 +169,22 @@ func WriteScalingSVG(w io.Writer, points []ScalingPoint) error {
 			lastX = x(c)
 		}
 		for _, n := range ns {
-			color := scalingColors[n]
-			if color == "" {
-				color = "#555"
-			}
-			var pts []string
+			var pts [][2]float64
 			for _, p := range points {
 				if v := value(p); p.N == n && !math.IsNaN(v) {
-					pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.Clients), y(v)))
+					pts = append(pts, [2]float64{x(p.Clients), y(v)})
 				}
 			}
 			if len(pts) == 0 {
 				continue
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"><title>N=%d</title></polyline>`+"\n", color, strings.Join(pts, " "), n)
+			line := make([]string, len(pts))
+			for i, pt := range pts {
+				line[i] = fmt.Sprintf("%.1f,%.1f", pt[0], pt[1])
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"><title>N=%d</title></polyline>`+"\n", scalingColor(n), strings.Join(line, " "), n)
 			for _, pt := range pts {
-				xy := strings.SplitN(pt, ",", 2)
-				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", xy[0], xy[1], color)
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", pt[0], pt[1], scalingColor(n))
 			}
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">separate clients contending for one key (log scale)</text>`+"\n", left+int(plotW/2), top+panelH+46)
@@ -184,12 +193,8 @@ func WriteScalingSVG(w io.Writer, points []ScalingPoint) error {
 	panelOf("Server commands per acquisition, per node", top2, maxCmds, func(p ScalingPoint) float64 { return p.CmdsPerNode },
 		func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) })
 	for i, n := range ns {
-		color := scalingColors[n]
-		if color == "" {
-			color = "#555"
-		}
 		ly := top1 + 10 + 20*i
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", width-right+12, width-right+36, ly, ly, color)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", width-right+12, width-right+36, ly, ly, scalingColor(n))
 		fmt.Fprintf(&b, `<text x="%d" y="%d">N=%d</text>`+"\n", width-right+42, ly+4, n)
 	}
 	b.WriteString("</svg>\n")

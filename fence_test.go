@@ -192,10 +192,20 @@ func TestFenceWipedNode(t *testing.T) {
 	// Each fenced grant that hears the wiped node grant the lock without a
 	// counter distrusts it and repairs it; tokens go on from the majority's.
 	want := uint64(6)
-	for ; want < 30; want++ {
+	for retries := 0; want < 30; want++ {
 		l, err := c.Lock(ctx, "w")
 		require.NoError(t, err)
 		tok, err := l.Fence(ctx)
+		if err != nil && strings.Contains(err.Error(), "another grant can fence") && retries < 20 {
+			// The lazy read's plan heard the wiped node and only one node
+			// with the counter (the third answered after the grace, under
+			// load: a CI run): nothing was sent, no token was used; the
+			// next grant can fence (docs/fencing.md §2.6).
+			retries++
+			require.NoError(t, l.Release(ctx))
+			want--
+			continue
+		}
 		require.NoError(t, err)
 		require.Equal(t, want, tok)
 		require.NoError(t, l.Release(ctx))

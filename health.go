@@ -377,21 +377,8 @@ func transportFailure(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// callNode runs call on node i through its health record: its breaker, and
-// the record of the outcome.
-func callNode[T any](c *Client, ctx context.Context, i int, call func(context.Context, int, node.Node) (T, bool, error)) (T, bool, error) {
-	h := c.health[i]
-	if !h.allow() {
-		var zero T
-		return zero, false, ErrNodeDown
-	}
-	v, ok, err := call(ctx, i, c.nodes[i])
-	c.recordCall(i, err)
-	return v, ok, err
-}
-
-// recordCall records the outcome of a call to node i (callNode's second
-// half, the first being c.health[i].allow()).
+// recordCall records the outcome of a call to node i (roundRunner.Run's
+// second half, the first being c.health[i].allow()).
 func (c *Client) recordCall(i int, err error) {
 	probe, change := c.health[i].record(err, c.cfg.clock.Now())
 	c.healthChanged(i, change)

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // recorder counts hook events.
@@ -109,4 +111,47 @@ func TestHooksRenewalFailureAndLoss(t *testing.T) {
 	defer rec.mu.Unlock()
 	assert.GreaterOrEqual(t, rec.renewals, 1)
 	assert.Equal(t, 1, rec.lost, "validity ran out under Do")
+}
+
+// TestNodeReplyHookOnNodeGoroutine: with one node and a context that cannot
+// be cancelled, the acquisition and release run their node call on the
+// caller's goroutine, except with an OnNodeReply hook, which is promised the
+// node's goroutine: a hook that hands its event to the caller (an unbuffered
+// channel the caller reads after TryLock) must not deadlock (an adversarial
+// review of the inline rounds found it did).
+func TestNodeReplyHookOnNodeGoroutine(t *testing.T) {
+	events := make(chan redlock.NodeReplyEvent) // unbuffered
+	s := redistest.Start(t)
+	c, err := redlock.Dial([]string{s.URL()}, redlock.WithHooks(redlock.Hooks{
+		OnNodeReply: func(e redlock.NodeReplyEvent) { events <- e },
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	done := make(chan error, 1)
+	go func() {
+		// The caller reads the event after TryLock returned, and the
+		// release's after Release returned.
+		l, err := c.TryLock(context.Background(), "hooked")
+		if err != nil {
+			done <- err
+			return
+		}
+		if e := <-events; e.Op != "acquire" {
+			done <- fmt.Errorf("hook saw %q first", e.Op)
+			return
+		}
+		err = l.Release(context.Background())
+		<-events
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		go func() { // unblock the hook, so that Close can end
+			for range events {
+			}
+		}()
+		t.Fatal("TryLock or Release waits for its own hook: deadlock")
+	}
 }

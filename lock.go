@@ -167,7 +167,7 @@ func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (
 }
 
 // observe returns node i's answer to an acquisition as a round's call does
-// (callNode records it in the node's health).
+// (roundRunner.Run records it in the node's health).
 func (l *Lock) observe(_ int, a node.Acquired, err error) (node.Acquired, bool, error) {
 	return a, a.OK, err
 }
@@ -356,7 +356,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if done == nil {
 		done = []int{} // abandoned before (never: Release abandons first)
 	}
-	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}}.start(ctx, c)
+	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	if o.Success {

@@ -460,7 +460,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	halt := split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
 	defer split.stop()
 	// The call, undo and reply callback are l's methods (acquireOps).
-	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}}
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}, inline: true}
 	if w := lc.waiter; w != nil {
 		rd.ops = nil
 		rd.call = l.acquireQueuedOn(w)
@@ -561,7 +561,7 @@ func (c *Client) releaseNow(i int, key, token, waiter string, to tell, args *nod
 	ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.nodeTimeout)
 	defer cancel()
 	err := ErrNodeDown
-	if c.health[i].allow() { // callNode, without a closure
+	if c.health[i].allow() { // through the breaker, as a round's call
 		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, to, args)
 		c.recordCall(i, err)
 	}

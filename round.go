@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -38,6 +39,12 @@ type round[T any] struct {
 	// ops, if set, replaces call, undo and onReply: one value for the three
 	// (a closure each costs an allocation per round).
 	ops roundOps[T]
+	// inline lets a round on one node run its call on the caller's
+	// goroutine (quorum.Options.Inline): the acquisition's and the
+	// release's, whose callers only wait for it, and hold no lock its
+	// callbacks take. The call then stops waiting when the caller's
+	// context ends (node.DeadlineBound's Waiter).
+	inline bool
 }
 
 // roundOps is a round's call, undo and onReply as the methods of one value.
@@ -71,10 +78,15 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// the runner is the context, ended once every call returned.
 	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
 		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
+	// Not with an OnNodeReply hook: it is promised the node's goroutine.
+	inline := r.inline && len(r.idx) == 1 && c.cfg.hooks.OnNodeReply == nil
+	if inline && ctx.Done() != nil {
+		rr.waiter = ctx
+	}
 	rr.mu.Lock() // the timer may fire at once
 	rr.timer = time.AfterFunc(r.timeout, rr.expire)
 	rr.mu.Unlock()
-	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now}
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline}
 	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }
@@ -91,13 +103,16 @@ type roundRunner[T any] struct {
 	// (context.WithTimeout), two allocations fewer than those two.
 	values   context.Context
 	deadline time.Time
-	done     chan struct{} // closed at the deadline, or once every call returned
-	mu       sync.Mutex
-	timer    *time.Timer
-	err      error
+	// waiter is the caller's context when the round's one call runs on
+	// the caller's goroutine (inline), nil otherwise (Waiter).
+	waiter context.Context
+	done   chan struct{} // closed at the deadline, or once every call returned
+	mu     sync.Mutex
+	timer  *time.Timer
+	err    error
 }
 
-var _ context.Context = (*roundRunner[int])(nil)
+var _ node.DeadlineBound = (*roundRunner[int])(nil)
 
 // withoutCancel is context.WithoutCancel, without its allocation when ctx
 // can never be cancelled (context.Background, and contexts that only add
@@ -127,6 +142,19 @@ func (rr *roundRunner[T]) Value(key any) any { return rr.values.Value(key) }
 
 func (rr *roundRunner[T]) String() string { return "redlock round context" }
 
+// Waiter implements node.DeadlineBound: Done closes at the deadline, or
+// once every call returned, never while one runs, so that a lone command on
+// an idle connection is written and read on the call's goroutine; when that
+// is the caller's goroutine (an inline round), the caller's context ends
+// the wait.
+func (rr *roundRunner[T]) Waiter() context.Context { return rr.waiter }
+
+// errGaveUp is a node call's error when the caller of an inline round
+// stopped waiting for it: nothing learnt about the node (it wraps
+// context.Canceled, which the node's health record ignores), and its
+// effect unknown (the command was sent: an acquisition is undone).
+var errGaveUp = fmt.Errorf("the caller stopped waiting for the node's reply: %w", context.Canceled)
+
 // end ends the context with err, once.
 func (rr *roundRunner[T]) end(err error) {
 	rr.mu.Lock()
@@ -149,17 +177,33 @@ func (rr *roundRunner[T]) Settled() { rr.end(context.Canceled) }
 
 // Run calls node r.idx[j] through its health record.
 func (rr *roundRunner[T]) Run(ctx context.Context, j int) (T, bool, error) {
-	if ops := rr.r.ops; ops != nil { // callNode, with ops.call
-		i, c := rr.r.idx[j], rr.c
-		if !c.health[i].allow() {
-			var zero T
-			return zero, false, ErrNodeDown
-		}
-		v, ok, err := ops.call(ctx, i, c.nodes[i])
-		c.recordCall(i, err)
-		return v, ok, err
+	i, c := rr.r.idx[j], rr.c
+	if !c.health[i].allow() { // the breaker; the outcome recorded below
+		var zero T
+		return zero, false, ErrNodeDown
 	}
-	return callNode(rr.c, ctx, rr.r.idx[j], rr.r.call)
+	var (
+		v   T
+		ok  bool
+		err error
+	)
+	if ops := rr.r.ops; ops != nil {
+		v, ok, err = ops.call(ctx, i, c.nodes[i])
+	} else {
+		v, ok, err = rr.r.call(ctx, i, c.nodes[i])
+	}
+	err = rr.gaveUp(err)
+	c.recordCall(i, err)
+	return v, ok, err
+}
+
+// gaveUp returns errGaveUp for a call that failed once the caller of an
+// inline round stopped waiting, err otherwise.
+func (rr *roundRunner[T]) gaveUp(err error) error {
+	if err != nil && rr.waiter != nil && rr.waiter.Err() != nil {
+		return errGaveUp
+	}
+	return err
 }
 
 // OnReply reports the reply to the OnNodeReply hook, then to r.onReply.
@@ -230,7 +274,14 @@ func (f flight[T]) fail(ctx context.Context, resource string, kind error, o quor
 		Need: o.Need, Agreed: o.Yes, Refused: o.No, Failed: o.Failed, Nodes: len(f.c.nodes),
 	}
 	for j, rep := range o.Replies {
-		if rep.Done && rep.Err != nil {
+		switch {
+		case !rep.Done || rep.Err == nil:
+		case rep.Err == errGaveUp:
+			// Not the node's failure: the caller stopped waiting (an
+			// inline round), as if the node had not answered yet.
+			qe.Failed--
+			o.Decided = false
+		default:
 			qe.Errs = append(qe.Errs, &NodeError{Node: f.c.nodes[f.r.idx[j]].Name(), Err: rep.Err})
 		}
 	}

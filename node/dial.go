@@ -74,7 +74,8 @@ func setUp(ctx context.Context, nc net.Conn, t dialTarget) (redis.Conn, error) {
 		}
 		nc = tc
 	}
-	c := redis.NewConn(newGuard(nc, t.limits), t.timeout, t.timeout)
+	g := newGuard(nc, t.limits)
+	c := redis.Conn(&guardedConn{Conn: redis.NewConn(g, t.timeout, t.timeout), g: g})
 	if t.password != "" {
 		args := []any{t.password}
 		if t.username != "" {
@@ -103,4 +104,54 @@ func withCtxErr(ctx context.Context, err error, addr string) error {
 	default:
 		return fmt.Errorf("%w (%w)", err, cerr)
 	}
+}
+
+// replyAwaiter is a connection that can wait for a reply's first bytes
+// without consuming them (the pipelining mux's lone commands).
+type replyAwaiter interface {
+	// setWait sets the read deadline of awaitReply; from another
+	// goroutine, a time in the past cuts a wait short.
+	setWait(deadline time.Time)
+	// awaitReply waits until a reply's bytes have arrived, or an error that
+	// the next read reports, and returns true; or until the read deadline
+	// passes with nothing received, and returns false: the connection is
+	// then intact, the reply still to be read.
+	awaitReply() bool
+}
+
+// guardedConn is a redigo connection over a reply guard, which it can wait
+// on (replyAwaiter).
+type guardedConn struct {
+	redis.Conn
+	g *guardConn
+}
+
+var (
+	_ redis.ConnWithContext = (*guardedConn)(nil)
+	_ redis.ConnWithTimeout = (*guardedConn)(nil)
+	_ replyAwaiter          = (*guardedConn)(nil)
+)
+
+func (c *guardedConn) setWait(deadline time.Time) { _ = c.g.Conn.SetReadDeadline(deadline) }
+
+func (c *guardedConn) awaitReply() bool { return c.g.awaitReply() }
+
+// DoContext implements redis.ConnWithContext.
+func (c *guardedConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+// ReceiveContext implements redis.ConnWithContext.
+func (c *guardedConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// DoWithTimeout implements redis.ConnWithTimeout.
+func (c *guardedConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// ReceiveWithTimeout implements redis.ConnWithTimeout.
+func (c *guardedConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
 }

@@ -16,9 +16,18 @@
 // elements per reply, arrays nested at most MaxReplyDepth = 8 deep; see
 // WithReplyLimits) or a malformed header fails the call with ErrReplyTooLarge or
 // ErrMalformedReply and closes the connection, before anything is allocated for
-// it. The goroutines that read replies recover from panics, turning them into a
-// connection error. FuzzReplyGuard (with its seed corpus in testdata/) checks the
+// it. Whatever reads a reply (the connection's reader goroutine, or the caller
+// of a lone command) recovers from panics, turning them into a connection
+// error. FuzzReplyGuard (with its seed corpus in testdata/) checks the
 // guard against arbitrary input.
+//
+// A connection of Dial pipelines: a writer goroutine sends what commands wait
+// in one write, a reader goroutine matches replies to them. A command on an
+// idle connection whose context ends only at its deadline (DeadlineBound: the
+// lock client's rounds) is lone instead: its caller writes it and reads the
+// reply itself, two goroutine hand-overs fewer; a reply later than the
+// deadline (or than the Waiter's end) is left to the reader, which drops it,
+// and the connection goes on.
 //
 // Dialing (TCP, the TLS handshake, AUTH, SELECT and the INFO checks) is bounded
 // by the node timeout and cut short by Close; it runs once per connection slot

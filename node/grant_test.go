@@ -776,34 +776,49 @@ func TestQuarantineRefusesEveryGrantScript(t *testing.T) {
 		}
 	}
 	const d = time.Second
+	// A context that can be cancelled sends through the connection's writer;
+	// one that ends only at its deadline (context.Background, or the lock
+	// client's rounds: node.DeadlineBound) sends a lone command on an idle
+	// connection, written on the caller's goroutine (mux.go): both are asked.
+	contexts := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"writer", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 10*time.Second)
+		}},
+		{"lone", func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }},
+	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			// The node must have been up longer than the quarantine (plus
-			// the second by which Redis rounds its uptime) before the client
-			// first connects, or the first connection quarantines it.
-			srv.WaitUptime(d + time.Second)
-			n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(d))
-			require.NoError(t, err)
-			defer n.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			a, err := tc.call(ctx, n, "before")
-			require.NoError(t, err)
-			require.True(t, a.OK, "granted before the restart")
+		for _, cx := range contexts {
+			t.Run(tc.name+"/"+cx.name, func(t *testing.T) {
+				t.Parallel()
+				srv := redistest.Start(t)
+				// The node must have been up longer than the quarantine (plus
+				// the second by which Redis rounds its uptime) before the client
+				// first connects, or the first connection quarantines it.
+				srv.WaitUptime(d + time.Second)
+				n, err := node.Dial(srv.URL(), node.WithRestartQuarantine(d))
+				require.NoError(t, err)
+				defer n.Close()
+				ctx, cancel := cx.ctx()
+				defer cancel()
+				a, err := tc.call(ctx, n, "before")
+				require.NoError(t, err)
+				require.True(t, a.OK, "granted before the restart")
 
-			srv.Kill()
-			srv.Restart()
-			for range 4 { // each connection broken by the restart fails one call
-				a, err = tc.call(ctx, n, "after")
-				if errors.Is(err, node.ErrQuarantined) {
-					break
+				srv.Kill()
+				srv.Restart()
+				for range 4 { // each connection broken by the restart fails one call
+					a, err = tc.call(ctx, n, "after")
+					if errors.Is(err, node.ErrQuarantined) {
+						break
+					}
+					require.Error(t, err, "granted right after a restart (OK=%v): the quarantine missed this script", a.OK)
 				}
-				require.Error(t, err, "granted right after a restart (OK=%v): the quarantine missed this script", a.OK)
-			}
-			require.ErrorIs(t, err, node.ErrQuarantined)
-			assert.Empty(t, srv.Keys("after*"), "a quarantined node must not receive the script")
-		})
+				require.ErrorIs(t, err, node.ErrQuarantined)
+				assert.Empty(t, srv.Keys("after*"), "a quarantined node must not receive the script")
+			})
+		}
 	}
 }

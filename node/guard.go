@@ -113,6 +113,23 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	}
 }
 
+// awaitReply waits until bytes have been read from Conn (kept in buf for
+// Read) or a read fails, and returns true; or until Conn's read deadline
+// passes with nothing read, and returns false, having consumed nothing.
+// Redigo sets its own read deadline before each read.
+func (g *guardConn) awaitReply() bool {
+	if len(g.buf) > 0 || g.err != nil {
+		return true
+	}
+	n, err := g.Conn.Read(g.chunk[:])
+	g.buf = append(g.buf, g.chunk[:n]...)
+	if n == 0 && err != nil {
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout()) // other errors: the next read meets them
+	}
+	return true
+}
+
 // scan validates as much of buf[ok:] as it can.
 func (g *guardConn) scan() error {
 	for g.ok < len(g.buf) {

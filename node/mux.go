@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +22,19 @@ var errMuxClosed = errors.New("node: closed")
 // connection (and one write and one read system call) per command in flight,
 // which is what bounds throughput when many goroutines lock at once.
 //
+// A lone command (the connection idle: nothing waits to be written, no reply
+// is outstanding) whose context can end only at its deadline skips both
+// goroutines: the caller writes it and waits for the reply's first bytes
+// itself (lone), two goroutine hand-overs fewer per command, which is most of
+// the cost of an uncontended Lock+Release on loopback besides the round trips
+// (issue 26: single node).
+//
 // A command whose caller gives up (its context ends) stays in the pipeline; its
 // reply is dropped when it comes. Commands on one connection run in the order they
-// were sent, so a release sent after a timed-out acquisition on the same
-// connection runs after it on the server.
+// were sent, and every script on one lock key takes the same connection
+// (slotOf), so a release sent after a timed-out acquisition runs after it on
+// the server. A caller that gives up while its connection is dialed has its
+// command sent all the same once it is (detach), unless it can grant a lock.
 type mux struct {
 	dial        func(context.Context) (redis.Conn, error)
 	dialTimeout time.Duration // bounds each dial, whoever waits for it
@@ -35,6 +45,7 @@ type mux struct {
 	ctx         context.Context // ends on close: cuts dials short
 	cancel      context.CancelFunc
 	dials       sync.WaitGroup // dials in progress
+	detached    sync.WaitGroup // detach's goroutines
 }
 
 // muxSlot holds one connection. Its mutex is only held for short bookkeeping,
@@ -72,8 +83,22 @@ type muxConn struct {
 	done    chan struct{} // closed when the connection failed or was closed
 	// inflight counts commands sent (or being sent) whose reply has not been read.
 	inflight atomic.Int64
-	once     sync.Once
-	err      error
+	// wmu is held while commands are written (c.Send, pending, c.Flush):
+	// by the writer, or by a caller sending a lone command.
+	wmu sync.Mutex
+	// queued counts the commands handed to the writer (send) and not yet
+	// written: while there are any, a lone command would overtake them.
+	queued atomic.Int64
+	// aw waits for a reply's first bytes (replyAwaiter); nil when the
+	// connection cannot (then no command is lone).
+	aw replyAwaiter
+	// imu guards waiting: a lone command's wait that its watch may cut
+	// short (stop).
+	imu     sync.Mutex
+	waiting bool
+	wgen    uint64 // the wait's generation: a late stop of an earlier one does nothing
+	once    sync.Once
+	err     error
 }
 
 func newMux(conns int, dialTimeout, health time.Duration, dial func(context.Context) (redis.Conn, error)) *mux {
@@ -81,22 +106,39 @@ func newMux(conns int, dialTimeout, health time.Duration, dial func(context.Cont
 	return &mux{dial: dial, dialTimeout: dialTimeout, health: health, slots: make([]muxSlot, conns), ctx: ctx, cancel: cancel}
 }
 
-// do sends one command and waits for its reply, or for ctx.
-func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
+// do sends one command and waits for its reply, or for ctx, or for
+// mode.watch (the command is sent all the same). With mode.lone, ctx ends
+// only at its deadline (DeadlineBound): the command may be lone.
+func (m *mux) do(ctx context.Context, mode callMode, cmd string, args ...any) (any, error) {
 	if m.closed.Load() {
 		return nil, errMuxClosed
 	}
-	mc, err := m.conn(ctx)
+	watchDone := doneOf(mode.watch)
+	slot := m.slotOf(cmd, args)
+	mc, err := m.conn(ctx, mode.watch, slot)
+	if err == errWatchEnded {
+		return nil, m.detach(ctx, slot, mode.watch, cmd, args)
+	}
 	if err != nil {
 		return nil, err
 	}
 	req := newMuxReq(cmd, args)
+	if mode.lone {
+		if dl, ok := ctx.Deadline(); ok {
+			if v, err, sent := mc.lone(dl, mode.watch, req); sent {
+				return v, err
+			}
+		}
+	}
+	mc.queued.Add(1)
 	select {
 	case mc.send <- req:
 	case <-mc.done:
+		mc.queued.Add(-1)
 		req.free() // never sent: nobody else has it
 		return nil, mc.err
 	case <-ctx.Done():
+		mc.queued.Add(-1)
 		req.free()
 		return nil, ctx.Err()
 	}
@@ -114,7 +156,209 @@ func (m *mux) do(ctx context.Context, cmd string, args ...any) (any, error) {
 		}
 	case <-ctx.Done():
 		return nil, ctx.Err() // its reply comes later: not reused
+	case <-watchDone:
+		return nil, mode.watch.Err() // the same
 	}
+}
+
+// lone sends one command and reads its reply on the caller's goroutine, if
+// the connection is idle: nothing waits for the writer (the command would
+// overtake it) and no reply is outstanding, so that the server has read
+// everything sent before and the write cannot block on a full socket buffer
+// (a paused server), and the reader is not reading. sent is false when the
+// connection is busy (nothing was done: the writer takes the command, with
+// the others, in one write). The wait for the reply ends at deadline, or
+// when watch (if not nil) ends: the reader then takes the reply over and
+// drops it, as it does for a caller that gave up, and the connection goes on
+// (no byte of the reply was read). The rest of a reply whose first bytes came
+// is read by the deadline too.
+func (mc *muxConn) lone(deadline time.Time, watch context.Context, req *muxReq) (v any, err error, sent bool) {
+	if mc.aw == nil || mc.inflight.Load() != 0 || mc.queued.Load() != 0 || !mc.wmu.TryLock() {
+		return nil, nil, false
+	}
+	defer mc.wmu.Unlock()
+	if mc.inflight.Load() != 0 || mc.queued.Load() != 0 {
+		return nil, nil, false
+	}
+	select {
+	case <-mc.done:
+		return nil, nil, false // the writer's path reports the failure
+	default:
+	}
+	if r, ok := mc.c.(refuser); ok {
+		if err := r.check(req.cmd, req.args); err != nil {
+			req.free()
+			return nil, err, true // nothing sent: this command only
+		}
+	}
+	mc.inflight.Add(1)
+	// req's copy of the arguments is sent, not the caller's (they would
+	// escape to the heap through the connection's interface).
+	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+		req.free()
+		mc.fail(fmt.Errorf("node: send: %w", err))
+		return nil, mc.err, true
+	}
+	if !mc.flush() {
+		req.free()
+		return nil, mc.err, true
+	}
+	if !mc.wait(deadline, watch) {
+		// Sent, not answered in time: pending for the reader, which
+		// drops the reply (req is never recycled).
+		select {
+		case mc.pending <- req: // empty: nothing was in flight
+		case <-mc.done:
+		}
+		if watch != nil && watch.Err() != nil {
+			return nil, watch.Err(), true
+		}
+		return nil, context.DeadlineExceeded, true
+	}
+	req.free()
+	if watch != nil {
+		if wd, ok := watch.Deadline(); ok && wd.Before(deadline) {
+			deadline = wd
+		}
+	}
+	v, err = mc.receiveBy(deadline)
+	mc.inflight.Add(-1)
+	if err != nil {
+		if _, ok := err.(redis.Error); !ok { // a broken connection
+			mc.fail(fmt.Errorf("node: receive: %w", err))
+			return nil, mc.err, true
+		}
+	}
+	return v, err, true
+}
+
+// loneSpin is how long a lone command's caller waits for its reply before
+// it watches its context (context.AfterFunc: allocations that a reply on
+// loopback, a tenth of this, never costs).
+const loneSpin = 2 * time.Millisecond
+
+// wait waits for the first bytes of a lone command's reply until deadline,
+// or until watch (if not nil) ends, and reports whether they came. mc.wmu
+// must be held.
+func (mc *muxConn) wait(deadline time.Time, watch context.Context) bool {
+	if watch == nil {
+		mc.aw.setWait(deadline)
+		return mc.aw.awaitReply()
+	}
+	first := time.Now().Add(loneSpin)
+	if deadline.Before(first) {
+		first = deadline
+	}
+	if wd, ok := watch.Deadline(); ok && wd.Before(first) {
+		first = wd
+	}
+	mc.aw.setWait(first)
+	if mc.aw.awaitReply() {
+		return true
+	}
+	if watch.Err() != nil || !time.Now().Before(deadline) {
+		return false
+	}
+	// A slow reply: from now on the watch's end stops the wait (stop,
+	// from its own goroutine, moves the read deadline to the past).
+	mc.imu.Lock()
+	mc.aw.setWait(deadline)
+	mc.waiting = true
+	mc.wgen++
+	gen := mc.wgen
+	mc.imu.Unlock()
+	unwatch := context.AfterFunc(watch, func() { mc.stop(gen) })
+	got := false
+	if watch.Err() == nil {
+		got = mc.aw.awaitReply()
+	}
+	unwatch()
+	mc.imu.Lock()
+	mc.waiting = false
+	mc.imu.Unlock()
+	return got
+}
+
+// stop cuts wait number gen short (its watch ended), if it still waits.
+func (mc *muxConn) stop(gen uint64) {
+	mc.imu.Lock()
+	defer mc.imu.Unlock()
+	if mc.waiting && mc.wgen == gen {
+		mc.aw.setWait(time.Unix(1, 0))
+	}
+}
+
+// receiveBy reads the reply whose first bytes arrived, by deadline (at
+// least a millisecond from now): the rest of a reply that stalls fails the
+// connection then, instead of holding the caller for the health timeout. A
+// reply the parser cannot take fails the connection, as in the reader.
+func (mc *muxConn) receiveBy(deadline time.Time) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			mc.fail(fmt.Errorf("node: receive: reading a reply panicked: %v (%w)", p, ErrMalformedReply))
+			v, err = nil, mc.err
+		}
+	}()
+	return redis.ReceiveWithTimeout(mc.c, max(time.Until(deadline), time.Millisecond))
+}
+
+// flush sends what was written; a failure fails the connection (the reader
+// then fails every command pending). mc.wmu must be held.
+func (mc *muxConn) flush() bool {
+	if err := mc.c.Flush(); err != nil {
+		mc.fail(fmt.Errorf("node: flush: %w", err))
+		return false
+	}
+	return true
+}
+
+// detach sends, from a goroutine of its own, a command whose caller stopped
+// waiting (watch ended) while its connection was dialed, and drops the
+// reply: a release is sent as promised, whatever its caller does. A script
+// that can grant a lock is not sent: it could only be undone. It returns
+// watch's error.
+func (m *mux) detach(ctx context.Context, slot uint32, watch context.Context, cmd string, args []any) error {
+	if grantScript(cmd, args) || m.closed.Load() || len(args) == 0 {
+		return watch.Err()
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(m.dialTimeout)
+	}
+	args = slices.Clone(args) // the caller's may be on its stack
+	if h, ok := args[0].(string); ok && cmd == "EVALSHA" && scripts.byHash[h] != nil {
+		// Its reply is not read: a NOSCRIPT could not be answered with
+		// EVAL. The source, at once.
+		cmd, args[0] = "EVAL", scripts.byHash[h].src
+	}
+	m.detached.Add(1)
+	go func() {
+		defer m.detached.Done()
+		// ctx may end once its caller returns (a round settles): a
+		// context of its own, with the same deadline.
+		dctx, cancel := context.WithDeadline(m.ctx, dl)
+		defer cancel()
+		if mc, err := m.conn(dctx, nil, slot); err == nil {
+			req := newMuxReq(cmd, args)
+			mc.queued.Add(1)
+			select {
+			case mc.send <- req: // its reply is dropped
+			case <-mc.done:
+				mc.queued.Add(-1)
+			case <-dctx.Done():
+				mc.queued.Add(-1)
+			}
+		}
+	}()
+	return watch.Err()
+}
+
+// doneOf is ctx's Done channel, nil (never ready) when ctx is nil.
+func doneOf(ctx context.Context) <-chan struct{} {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Done()
 }
 
 // muxReqs recycles requests (and their reply channels), two allocations per
@@ -143,8 +387,8 @@ func (req *muxReq) free() {
 // conn returns a live connection of the next slot. Without one, it starts a
 // dial (one per slot at a time, bounded by the dial timeout and by close) and
 // waits for it or for ctx, whichever ends first.
-func (m *mux) conn(ctx context.Context) (*muxConn, error) {
-	s := &m.slots[m.next.Add(1)%uint32(len(m.slots))]
+func (m *mux) conn(ctx context.Context, watch context.Context, slot uint32) (*muxConn, error) {
+	s := &m.slots[slot]
 	s.mu.Lock()
 	if mc := s.conn; mc != nil {
 		select {
@@ -172,7 +416,33 @@ func (m *mux) conn(ctx context.Context) (*muxConn, error) {
 		return call.mc, call.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("node: waiting for a connection: %w", ctx.Err())
+	case <-doneOf(watch):
+		return nil, errWatchEnded
 	}
+}
+
+// errWatchEnded: a command's watch ended while its connection was dialed.
+var errWatchEnded = errors.New("node: the caller stopped waiting for a connection")
+
+// slotOf returns the slot of a command: a script's by its first key, so that
+// every command on one lock key takes one connection and runs in the order
+// it was sent (an acquisition's undo never overtakes it: a connection's
+// commands are written and run in order), others in turn.
+func (m *mux) slotOf(cmd string, args []any) uint32 {
+	n := uint32(len(m.slots))
+	if n == 1 {
+		return 0
+	}
+	if len(args) > 2 && (cmd == "EVALSHA" || cmd == "EVAL") {
+		if k, ok := args[2].(string); ok {
+			h := uint32(2166136261) // FNV-1a
+			for i := 0; i < len(k); i++ {
+				h = (h ^ uint32(k[i])) * 16777619
+			}
+			return h % n
+		}
+	}
+	return m.next.Add(1) % n
 }
 
 // dialSlot dials for slot s and hands the outcome to call's waiters.
@@ -192,6 +462,9 @@ func (m *mux) dialSlot(s *muxSlot, call *dialCall) {
 		call.err = errMuxClosed
 	default:
 		mc := &muxConn{c: c, send: make(chan *muxReq, 256), pending: make(chan *muxReq, 4096), done: make(chan struct{})}
+		if a, ok := c.(replyAwaiter); ok {
+			mc.aw = a
+		}
 		go mc.write()
 		go mc.read(m.health)
 		s.conn, call.mc = mc, mc
@@ -217,9 +490,13 @@ func (mc *muxConn) write() {
 			return
 		}
 		// Send this command and every one already waiting, then flush once.
+		mc.wmu.Lock()
 		yielded := false
 		for req != nil {
-			if !mc.enqueue(req) {
+			ok := mc.enqueue(req)
+			mc.queued.Add(-1)
+			if !ok {
+				mc.wmu.Unlock()
 				return
 			}
 			select {
@@ -239,8 +516,9 @@ func (mc *muxConn) write() {
 				}
 			}
 		}
-		if err := mc.c.Flush(); err != nil {
-			mc.fail(fmt.Errorf("node: flush: %w", err))
+		ok := mc.flush()
+		mc.wmu.Unlock()
+		if !ok {
 			return
 		}
 	}
@@ -337,4 +615,5 @@ func (m *mux) close() {
 		s.mu.Unlock()
 	}
 	m.dials.Wait()
+	m.detached.Wait()
 }

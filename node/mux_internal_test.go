@@ -34,7 +34,7 @@ func TestMuxSingleFlightDial(t *testing.T) {
 			for time.Now().Before(end) {
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				start := time.Now()
-				if _, err := m.do(ctx, "PING"); err == nil {
+				if _, err := m.do(ctx, callMode{}, "PING"); err == nil {
 					t.Error("PING succeeded")
 				}
 				if time.Since(start) > 500*time.Millisecond {
@@ -57,7 +57,7 @@ func TestMuxSingleFlightDial(t *testing.T) {
 	}
 	// A dial in progress when the node is closed ends at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	_, _ = m.do(ctx, "PING")
+	_, _ = m.do(ctx, callMode{}, "PING")
 	cancel()
 	start := time.Now()
 	m.close()

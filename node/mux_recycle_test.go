@@ -85,7 +85,7 @@ func recycleOnce(t *testing.T) bool {
 	m := newMux(1, time.Second, time.Minute, func(context.Context) (redis.Conn, error) { return bc, nil })
 	errc := make(chan error, 1)
 	go func() {
-		_, err := m.do(context.Background(), "EVALSHA", "hashA", 2, "lockA", "fenceA", "tokenA", int64(30000))
+		_, err := m.do(context.Background(), callMode{}, "EVALSHA", "hashA", 2, "lockA", "fenceA", "tokenA", int64(30000))
 		errc <- err
 	}()
 	<-bc.inSend

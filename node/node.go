@@ -572,21 +572,59 @@ func (r *Redis) evalArgs(ctx context.Context, s *script, args []any) (any, error
 			return nil, err
 		}
 	}
+	mode := modeOf(ctx)
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	v, err := r.execCtx(ctx, "EVALSHA", args...)
+	v, err := r.execCtx(ctx, mode, "EVALSHA", args...)
 	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
 		args[0] = s.src
-		v, err = r.execCtx(ctx, "EVAL", args...)
+		v, err = r.execCtx(ctx, mode, "EVAL", args...)
 	}
 	return v, err
 }
 
 // exec runs one command, bounded by ctx and the node's timeout.
 func (r *Redis) exec(ctx context.Context, cmd string, args ...any) (any, error) {
+	mode := modeOf(ctx)
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	return r.execCtx(ctx, cmd, args...)
+	return r.execCtx(ctx, mode, cmd, args...)
+}
+
+// DeadlineBound is implemented by a context whose Done channel closes at its
+// deadline and at no other time while a node call runs on it (the lock
+// client's rounds: their calls are bounded by the node timeout, and the
+// caller cannot cancel them). A command sent on such a context, or on one
+// that cannot be cancelled at all, may be written and its reply read on the
+// calling goroutine when the connection is idle: a lone command, two
+// goroutine hand-overs fewer than through the connection's writer and reader.
+type DeadlineBound interface {
+	context.Context
+	// Waiter returns the context of a caller that waits for the call on
+	// the call's own goroutine (the lock client's rounds on one node), or
+	// nil. When it ends, the call stops waiting for the reply and returns
+	// the waiter's error; the command, once written, is not taken back, and
+	// its reply is read and dropped, as for any caller that gave up.
+	Waiter() context.Context
+}
+
+// callMode is how a command may be sent: lone (DeadlineBound), and what
+// stops the wait for its reply besides the deadline (watch, or nothing).
+type callMode struct {
+	lone  bool
+	watch context.Context
+}
+
+// modeOf returns the mode of a command sent on ctx (before the node's
+// timeout bounds it).
+func modeOf(ctx context.Context) callMode {
+	if ctx.Done() == nil {
+		return callMode{lone: true}
+	}
+	if d, ok := ctx.(DeadlineBound); ok {
+		return callMode{lone: true, watch: d.Waiter()}
+	}
+	return callMode{}
 }
 
 // bound applies the node's timeout to ctx, unless ctx already ends sooner.
@@ -597,9 +635,9 @@ func (r *Redis) bound(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, r.timeout)
 }
 
-func (r *Redis) execCtx(ctx context.Context, cmd string, args ...any) (any, error) {
+func (r *Redis) execCtx(ctx context.Context, mode callMode, cmd string, args ...any) (any, error) {
 	if r.mux != nil {
-		return r.mux.do(ctx, cmd, args...)
+		return r.mux.do(ctx, mode, cmd, args...)
 	}
 	c, err := r.pool.GetContext(ctx)
 	if err != nil {

@@ -324,6 +324,21 @@ func (c *quarantinedConn) DoWithTimeout(d time.Duration, cmd string, args ...any
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
 }
 
+// setWait implements replyAwaiter when the connection it wraps does.
+func (c *quarantinedConn) setWait(deadline time.Time) {
+	if a, ok := c.Conn.(replyAwaiter); ok {
+		a.setWait(deadline)
+	}
+}
+
+// awaitReply implements replyAwaiter when the connection it wraps does.
+func (c *quarantinedConn) awaitReply() bool {
+	if a, ok := c.Conn.(replyAwaiter); ok {
+		return a.awaitReply()
+	}
+	return true // the next read reports what there is (never reached: dialConn's connections are replyAwaiters)
+}
+
 // ReceiveWithTimeout implements redis.ConnWithTimeout.
 func (c *quarantinedConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)

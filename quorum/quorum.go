@@ -77,6 +77,13 @@ type Options[T any] struct {
 	Settled func()
 	// Now reads the clock for latencies; nil means time.Now.
 	Now func() time.Time
+	// Inline runs the operation of a lone node (n == 1) on the caller's
+	// goroutine: Start returns once it answered or failed. For a caller
+	// that would only wait for it, and whose wait could not end sooner (its
+	// context cannot be cancelled, and the operation's deadline is as near
+	// as its own): a goroutine and its hand-overs cost more than the round
+	// trip on loopback (issue 26: single node).
+	Inline bool
 }
 
 // Outcome is the state of a Call when it was decided (or when waiting stopped).
@@ -156,6 +163,13 @@ func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options
 		c.now = time.Now
 	}
 	switch {
+	case n == 1 && o.Inline:
+		if o.Group != nil {
+			o.Group.Add(1)
+			c.runIn(o.Group, ctx, op, 0)
+		} else {
+			c.run(ctx, op, 0)
+		}
 	case o.Go != nil:
 		for i := 0; i < n; i++ {
 			o.Go(func() { c.run(ctx, op, i) })

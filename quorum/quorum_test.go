@@ -1,9 +1,13 @@
 package quorum_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -278,4 +282,68 @@ func TestAnswered(t *testing.T) {
 	<-c.Settled()
 	require.Equal(t, 0, c.Unanswered())
 	<-c.Answered(2)
+}
+
+// TestInline: with Options.Inline a lone node's operation runs on the
+// caller's goroutine (StartRunner returns with the Call decided, settled and
+// its reply reported, the Group back to zero); with more nodes, Inline is
+// ignored and the operations run in goroutines of their own.
+func TestInline(t *testing.T) {
+	tests := []struct {
+		name  string
+		votes []vote
+		yes   bool
+	}{
+		{"granted", []vote{{ok: true}}, true},
+		{"refused", []vote{{}}, false},
+		{"failed", []vote{{err: errBoom}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var caller, ran atomic.Int64
+			caller.Store(goid())
+			r := &runner{fake: &fake{votes: tt.votes}, settled: make(chan struct{})}
+			var wg sync.WaitGroup
+			c := quorum.StartRunner(context.Background(), 1, &inlineRunner{runner: r, ran: &ran}, quorum.Options[int]{Group: &wg, Inline: true})
+			select {
+			case <-c.Settled():
+			default:
+				t.Fatal("not settled when StartRunner returned")
+			}
+			assert.Equal(t, caller.Load(), ran.Load(), "ran on the caller's goroutine")
+			assert.Equal(t, []int{0}, r.replied)
+			o := c.Wait(context.Background())
+			assert.True(t, o.Decided)
+			assert.Equal(t, tt.yes, o.Success)
+			wg.Wait() // back to zero already: returns at once
+		})
+	}
+	t.Run("three nodes: not inline", func(t *testing.T) {
+		var ran atomic.Int64
+		caller := goid()
+		r := &runner{fake: &fake{votes: []vote{{ok: true}, {ok: true}, {ok: true}}}}
+		c := quorum.StartRunner(context.Background(), 3, &inlineRunner{runner: r, ran: &ran}, quorum.Options[int]{Inline: true})
+		<-c.Settled()
+		assert.NotEqual(t, caller, ran.Load())
+	})
+}
+
+// inlineRunner records the goroutine its operations ran on.
+type inlineRunner struct {
+	*runner
+	ran *atomic.Int64
+}
+
+func (r *inlineRunner) Run(ctx context.Context, i int) (int, bool, error) {
+	r.ran.Store(goid())
+	return r.runner.Run(ctx, i)
+}
+
+// goid returns the calling goroutine's id, from its stack trace's header.
+func goid() int64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	id, _ := strconv.ParseInt(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
 }

@@ -54,6 +54,7 @@ func closedPort(t *testing.T) string {
 // and are sent once it answers a probe again, and Close is not held back by the
 // probe.
 func TestBreaker(t *testing.T) {
+	const nodeTimeout = 250 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
 		failures int // WithBreaker
@@ -71,7 +72,11 @@ func TestBreaker(t *testing.T) {
 				urls[0] = "redis://" + closedPort(t)
 			}
 			replies := &nodeReplies{down: map[string]int{}, ok: map[string]int{}}
-			c, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(100*time.Millisecond),
+			// A node timeout of 250ms: with one of 3 nodes paused a Release
+			// asks the two others and needs both, so a healthy node slower
+			// than the timeout fails it; at 100ms, a CI run's race-built
+			// tests beside the simulation on 2 cores did (5 December).
+			c, err := redlock.Dial(urls, redlock.WithTTL(time.Minute), redlock.WithNodeTimeout(nodeTimeout),
 				redlock.WithBreaker(tc.failures), redlock.WithHooks(redlock.Hooks{OnNodeReply: replies.hook}))
 			require.NoError(t, err)
 			bad := servers[0].Addr() + "/0"
@@ -88,7 +93,7 @@ func TestBreaker(t *testing.T) {
 			}
 			if tc.failures == 0 {
 				// Past several node timeouts, every call is still sent.
-				for start := time.Now(); time.Since(start) < 500*time.Millisecond; {
+				for start := time.Now(); time.Since(start) < 5*nodeTimeout; {
 					lockRelease()
 				}
 				down, _ := replies.counts(bad)

@@ -11,10 +11,10 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
-// TestLoneOnlyWhenIdle: a command is lone (written and read by its caller)
-// only on an idle connection of a dialed node: not while a command waits for
-// the writer (it would overtake it) or a reply is outstanding.
-func TestLoneOnlyWhenIdle(t *testing.T) {
+// dialedConn starts a redis-server and returns a node dialed to it (closed
+// when the test ends) and its connection, idle.
+func dialedConn(t *testing.T) (*Redis, *muxConn) {
+	t.Helper()
 	s := redistest.Start(t)
 	r, err := Dial(s.URL())
 	require.NoError(t, err)
@@ -22,6 +22,14 @@ func TestLoneOnlyWhenIdle(t *testing.T) {
 	mc, err := r.mux.conn(context.Background(), nil, 0)
 	require.NoError(t, err)
 	require.NotNil(t, mc.aw, "a dialed connection can wait for a reply")
+	return r, mc
+}
+
+// TestLoneOnlyWhenIdle: a command is lone (written and read by its caller)
+// only on an idle connection of a dialed node: not while a command waits for
+// the writer (it would overtake it) or a reply is outstanding.
+func TestLoneOnlyWhenIdle(t *testing.T) {
+	r, mc := dialedConn(t)
 	deadline := time.Now().Add(time.Second)
 
 	v, err, sent := mc.lone(deadline, nil, newMuxReq("PING", nil))
@@ -55,12 +63,7 @@ func TestLoneOnlyWhenIdle(t *testing.T) {
 // does not cut the next lone command's wait short on the same connection (an
 // adversarial review saw a false timeout, counted against the node).
 func TestLateStopSparesTheNextWait(t *testing.T) {
-	s := redistest.Start(t)
-	r, err := Dial(s.URL())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = r.Close() })
-	mc, err := r.mux.conn(context.Background(), nil, 0)
-	require.NoError(t, err)
+	_, mc := dialedConn(t)
 	watch, cancel := context.WithCancel(context.Background()) // alive
 	defer cancel()
 	mc.imu.Lock()

@@ -109,11 +109,16 @@ func TestFairWaitersBehindDoNotPoll(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	assert.Equal(t, []int{0, 1, 2}, order())
 	// The head backs off from 1 ms, doubling: about ten attempts in a second.
-	// The others renew their place at most every half second, after their
-	// first attempt and, one behind the head, a second once listening.
+	// The others renew their place at most every half second (backoffs of
+	// 0.5-1 s), after two attempts at once: the first, not a waiter yet, and
+	// the first queued one (a new waiter has no place, so none "far behind"
+	// to skip it). The third in line was held to one attempt fewer, which the
+	// floor of renewals covered until a loaded run stretched the hold to
+	// about 1.4 s with two backoffs near 0.5 s: 4 attempts (CI run 8, 5
+	// December).
 	assert.GreaterOrEqual(t, before[0], int64(6), "the head backs off as usual")
 	assert.LessOrEqual(t, before[1], 2+renewals, "second in line")
-	assert.LessOrEqual(t, before[2], 1+renewals, "third in line")
+	assert.LessOrEqual(t, before[2], 2+renewals, "third in line")
 }
 
 // A fair client's Lock calls on one key are woken on one channel: its

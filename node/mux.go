@@ -185,19 +185,16 @@ func (mc *muxConn) lone(deadline time.Time, watch context.Context, req *muxReq) 
 		return nil, nil, false // the writer's path reports the failure
 	default:
 	}
-	if r, ok := mc.c.(refuser); ok {
-		if err := r.check(req.cmd, req.args); err != nil {
-			req.free()
-			return nil, err, true // nothing sent: this command only
-		}
-	}
-	mc.inflight.Add(1)
 	// req's copy of the arguments is sent, not the caller's (they would
 	// escape to the heap through the connection's interface).
-	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+	refused, err := mc.sendOne(req)
+	if refused != nil {
 		req.free()
-		mc.fail(fmt.Errorf("node: send: %w", err))
-		return nil, mc.err, true
+		return nil, refused, true // nothing sent: this command only
+	}
+	if err != nil {
+		req.free()
+		return nil, err, true
 	}
 	if !mc.flush() {
 		req.free()
@@ -530,24 +527,40 @@ type refuser interface {
 	check(cmd string, args []any) error
 }
 
+// sendOne sends req into the write buffer, once the connection has not
+// refused it: the one place where a command is sent, by the writer or as a
+// lone command, so that a quarantined connection refuses every grant
+// script whichever way it goes (refused: nothing sent, the connection goes
+// on). err is the connection's failure. mc.wmu must be held.
+func (mc *muxConn) sendOne(req *muxReq) (refused, err error) {
+	if r, ok := mc.c.(refuser); ok {
+		if err := r.check(req.cmd, req.args); err != nil {
+			return err, nil
+		}
+	}
+	mc.inflight.Add(1)
+	if err := mc.c.Send(req.cmd, req.args...); err != nil {
+		mc.fail(fmt.Errorf("node: send: %w", err))
+		return nil, mc.err
+	}
+	return nil, nil
+}
+
 // enqueue sends one command into the write buffer, to be matched with its reply
 // by the reader. A command the connection refuses gets the refusal, and the
 // connection goes on. It returns false when the connection failed.
 func (mc *muxConn) enqueue(req *muxReq) bool {
-	if r, ok := mc.c.(refuser); ok {
-		if err := r.check(req.cmd, req.args); err != nil {
-			req.reply <- muxResult{err: err} // nothing sent: this command only
-			return true
-		}
-	}
-	mc.inflight.Add(1)
 	// Send before req is pending: once pending, req may get its reply (a
 	// failure, when the reader stops) and be recycled, args included. The
 	// writer is the only sender, so pending keeps the order of the sends, and
 	// the reader reads a reply only for a pending request.
-	if err := mc.c.Send(req.cmd, req.args...); err != nil {
-		mc.fail(fmt.Errorf("node: send: %w", err))
-		req.reply <- muxResult{err: mc.err}
+	refused, err := mc.sendOne(req)
+	if refused != nil {
+		req.reply <- muxResult{err: refused} // nothing sent: this command only
+		return true
+	}
+	if err != nil {
+		req.reply <- muxResult{err: err}
 		return false
 	}
 	select {

@@ -117,7 +117,7 @@ func (m *mux) do(ctx context.Context, mode callMode, cmd string, args ...any) (a
 	slot := m.slotOf(cmd, args)
 	mc, err := m.conn(ctx, mode.watch, slot)
 	if err == errWatchEnded {
-		return nil, m.detach(ctx, slot, mode.watch, cmd, args)
+		return nil, m.detach(ctx, mode.watch, cmd, args)
 	}
 	if err != nil {
 		return nil, err
@@ -314,7 +314,7 @@ func (mc *muxConn) flush() bool {
 // reply: a release is sent as promised, whatever its caller does. A script
 // that can grant a lock is not sent: it could only be undone. It returns
 // watch's error.
-func (m *mux) detach(ctx context.Context, slot uint32, watch context.Context, cmd string, args []any) error {
+func (m *mux) detach(ctx context.Context, watch context.Context, cmd string, args []any) error {
 	if grantScript(cmd, args) || m.closed.Load() || len(args) == 0 {
 		return watch.Err()
 	}
@@ -335,17 +335,7 @@ func (m *mux) detach(ctx context.Context, slot uint32, watch context.Context, cm
 		// context of its own, with the same deadline.
 		dctx, cancel := context.WithDeadline(m.ctx, dl)
 		defer cancel()
-		if mc, err := m.conn(dctx, nil, slot); err == nil {
-			req := newMuxReq(cmd, args)
-			mc.queued.Add(1)
-			select {
-			case mc.send <- req: // its reply is dropped
-			case <-mc.done:
-				mc.queued.Add(-1)
-			case <-dctx.Done():
-				mc.queued.Add(-1)
-			}
-		}
+		_, _ = m.do(dctx, callMode{}, cmd, args...) // the same slot: slotOf
 	}()
 	return watch.Err()
 }

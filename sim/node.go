@@ -23,6 +23,8 @@ type Node struct {
 	idx  int
 	name string
 	m    *miniredis.Miniredis
+	// scripts runs the node's scripts in one interpreter (script.go).
+	scripts *scriptHost
 
 	clk nodeClock
 
@@ -80,7 +82,7 @@ func (c *nodeClock) addStep(s Step) {
 func newNode(w *World, idx int, rate float64, steps []Step) *Node {
 	n := &Node{w: w, idx: idx, name: fmt.Sprintf("n%d", idx+1), conns: map[*conn]struct{}{}}
 	n.clk = nodeClock{start: w.start, rate: rate, steps: append([]Step(nil), steps...)}
-	n.m = miniredis.NewMiniRedis()
+	n.m, n.scripts = newServer()
 	n.m.SetTime(w.start)
 	n.m.ClockTTL(true)
 	return n

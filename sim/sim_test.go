@@ -30,15 +30,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// Every Lua script run by miniredis allocates a fresh interpreter (about
-	// 200 KB) while the live heap stays small (a few MB): collecting less
-	// often saves a sixth of the CPU time under -race.
+	// Every schedule builds a world of fresh nodes, clients and connections
+	// while the live heap stays small (a few MB): collecting less often saved
+	// a sixth of the CPU time under -race (when miniredis still built an
+	// interpreter for every script call; script.go).
 	debug.SetGCPercent(800)
-	// miniredis builds that interpreter with gopher-lua's defaults: a value
-	// stack of 5,120 slots (80 KB) and 256 call frames. Our scripts need a
-	// few dozen of each; under -race every byte allocated is also freed
-	// through the race detector's shadow memory (half the CPU time went
-	// there). An overflow would fail the script, and the schedule, loudly.
+	// Each node's script host builds its interpreter with gopher-lua's
+	// defaults: a value stack of 5,120 slots (80 KB) and 256 call frames,
+	// where our scripts need a few dozen of each; under -race every byte
+	// allocated is also freed through the race detector's shadow memory. An
+	// overflow would fail the script, and the schedule, loudly.
 	lua.RegistrySize, lua.CallStackSize = 1024, 64
 	os.Exit(m.Run())
 }

@@ -118,9 +118,21 @@ func (h *scriptHost) newState() *lua.LState {
 	g.RawSetString("server", mod)
 	g.RawSetString("KEYS", l.NewTable())
 	g.RawSetString("ARGV", l.NewTable())
-	// The guard miniredis sets on every interpreter: a script may neither
-	// create nor read an unknown global (they would outlive the call here).
-	if err := l.DoString(`
+	guard, err := compile(globalsGuard)
+	if err == nil {
+		l.Push(l.NewFunctionFromProto(guard))
+		err = l.PCall(0, 0, nil)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("sim: guarding Lua globals: %v", err))
+	}
+	return l
+}
+
+// globalsGuard is the guard miniredis sets on every interpreter: a script may
+// neither create nor read an unknown global (they would outlive the call
+// here).
+const globalsGuard = `
 local dbg = debug
 local mt = {}
 setmetatable(_G, mt)
@@ -137,11 +149,7 @@ mt.__index = function (t, n)
   return rawget(t, n)
 end
 debug = nil
-`); err != nil {
-		panic(fmt.Sprintf("sim: guarding Lua globals: %v", err))
-	}
-	return l
-}
+`
 
 // hook is the server's pre-hook: it sees every command before miniredis.
 func (h *scriptHost) hook(c *server.Peer, cmd string, args ...string) bool {

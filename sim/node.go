@@ -92,7 +92,19 @@ func newNode(w *World, idx int, rate float64, steps []Step) *Node {
 func (n *Node) Name() string { return n.name }
 
 // syncClock sets miniredis' clock to the node's clock reading now.
-func (n *Node) syncClock() { n.m.SetTime(n.clk.at(time.Now())) }
+func (n *Node) syncClock() { n.atOnce(n.setClock) }
+
+// setClock is syncClock inside atOnce.
+func (n *Node) setClock() { n.m.SetTime(n.clk.at(time.Now())) }
+
+// atOnce runs f, which works on miniredis directly (not through a
+// connection), between the node's commands: never between two calls of one
+// script (the script host's mutex, script.go).
+func (n *Node) atOnce(f func()) {
+	n.scripts.mu.Lock()
+	defer n.scripts.mu.Unlock()
+	f()
+}
 
 // accept is the node's side of a dial: a fresh in-memory connection to the
 // server, or "connection refused" while the node is down.
@@ -159,15 +171,18 @@ func (n *Node) Crash() {
 }
 
 // Restart brings a crashed node back. With empty, it has lost everything (no
-// persistence): keys, fence counters and the script cache. Without, it has
-// kept every acknowledged write (AOF with appendfsync always); keys whose TTL
-// ran out meanwhile on the node's clock are gone.
+// persistence): keys and fence counters. Without, it has kept every
+// acknowledged write (AOF with appendfsync always); keys whose TTL ran out
+// meanwhile on the node's clock are gone. Either way its script cache is
+// empty, as Redis never persists it: the next EVALSHA gets NOSCRIPT.
 func (n *Node) Restart(empty bool) {
-	if empty {
-		n.syncClock()
-		n.m.FlushAll()
-		n.scriptFlush()
-	}
+	n.atOnce(func() {
+		if empty {
+			n.setClock()
+			n.m.FlushAll()
+		}
+		n.scripts.flush()
+	})
 	n.mu.Lock()
 	// The guards learn of the restart before the node takes a connection:
 	// every grant script sent from now on is refused by the client until
@@ -206,23 +221,12 @@ func (n *Node) addGuard(g *rnode.RestartGuard) {
 	n.mu.Unlock()
 }
 
-// scriptFlush empties the server's script cache, as a restart does.
-func (n *Node) scriptFlush() {
-	c, err := n.m.Dial()
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n")); err != nil {
-		return
-	}
-	_, _ = bufio.NewReader(c).ReadString('\n')
-}
-
 // Evict deletes key on the node, as an eviction policy or an operator would.
-func (n *Node) Evict(key string) bool {
-	n.syncClock()
-	ok := n.m.Del(key)
+func (n *Node) Evict(key string) (ok bool) {
+	n.atOnce(func() {
+		n.setClock()
+		ok = n.m.Del(key)
+	})
 	n.w.record(n.name, fmt.Sprintf("evicts %s (present: %v)", key, ok))
 	return ok
 }
@@ -235,25 +239,30 @@ func (n *Node) Step(delta time.Duration) {
 
 // Holds reports whether key currently holds value on the node (by its clock).
 func (n *Node) Holds(key, value string) bool {
-	n.syncClock()
-	v, err := n.m.Get(key)
-	return err == nil && v == value
+	v, ok := n.Get(key)
+	return ok && v == value
 }
 
 // Get returns key's value on the node, and whether it exists.
-func (n *Node) Get(key string) (string, bool) {
-	n.syncClock()
-	v, err := n.m.Get(key)
-	return v, err == nil
+func (n *Node) Get(key string) (v string, ok bool) {
+	n.atOnce(func() {
+		n.setClock()
+		var err error
+		v, err = n.m.Get(key)
+		ok = err == nil
+	})
+	return v, ok
 }
 
 // TTL returns key's remaining time to live on the node's clock (0 if none).
-func (n *Node) TTL(key string) time.Duration {
-	n.syncClock()
-	if !n.m.Exists(key) {
-		return 0
-	}
-	return n.m.TTL(key)
+func (n *Node) TTL(key string) (ttl time.Duration) {
+	n.atOnce(func() {
+		n.setClock()
+		if n.m.Exists(key) {
+			ttl = n.m.TTL(key)
+		}
+	})
+	return ttl
 }
 
 // snapshot is a copy of a node's string keys with their remaining TTLs.
@@ -268,33 +277,37 @@ type snapKey struct {
 }
 
 func (n *Node) snapshot() snapshot {
-	n.syncClock()
 	s := snapshot{at: n.w.since(), keys: map[string]snapKey{}}
-	for _, k := range n.m.Keys() {
-		v, err := n.m.Get(k)
-		if err != nil {
-			continue
+	n.atOnce(func() {
+		n.setClock()
+		for _, k := range n.m.Keys() {
+			v, err := n.m.Get(k)
+			if err != nil {
+				continue
+			}
+			s.keys[k] = snapKey{val: v, ttl: n.m.TTL(k)}
 		}
-		s.keys[k] = snapKey{val: v, ttl: n.m.TTL(k)}
-	}
+	})
 	return s
 }
 
 // FailOver replaces the node's data by a replica's: the snapshot, as it would
 // look now (TTLs shortened by the node time elapsed since it was taken).
 func (n *Node) failOver(s snapshot, elapsed time.Duration) {
-	n.syncClock()
-	n.m.FlushAll()
-	n.scriptFlush()
-	for k, e := range s.keys {
-		if e.ttl != 0 && e.ttl <= elapsed {
-			continue
+	n.atOnce(func() {
+		n.setClock()
+		n.m.FlushAll()
+		n.scripts.flush()
+		for k, e := range s.keys {
+			if e.ttl != 0 && e.ttl <= elapsed {
+				continue
+			}
+			_ = n.m.Set(k, e.val)
+			if e.ttl != 0 {
+				n.m.SetTTL(k, e.ttl-elapsed)
+			}
 		}
-		_ = n.m.Set(k, e.val)
-		if e.ttl != 0 {
-			n.m.SetTTL(k, e.ttl-elapsed)
-		}
-	}
+	})
 	n.w.record(n.name, fmt.Sprintf("fails over to a replica lagging %v (keys: %s)", elapsed.Round(time.Microsecond), s.describe()))
 }
 

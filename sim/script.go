@@ -30,10 +30,15 @@ import (
 // client's command runs in between, as on Redis. The library sends no MULTI
 // and no blocking command (which would hold the mutex while it waits).
 //
+// The simulation's own changes to a node (its clock, a flush, an eviction, a
+// failover, the checker's reads: Node.atOnce) take the mutex too.
+//
 // Differences from miniredis' own scripting, none of which the library's
-// scripts meet: no cjson, the globals' guard is set once per node (a script
-// that creates a global fails, as there), and a script's result is read
-// without metamethods.
+// scripts meet: no cjson, redis.log or redis.setresp; the globals' guard is
+// set once per node (a script that creates a global fails, as there, but one
+// that rawsets _G would leave it to the next: TestScriptHostRunsTheLibraryScripts
+// checks that no library script does); a script's result is read without
+// metamethods; the commands in notInScripts are refused.
 type scriptHost struct {
 	srv *server.Server
 
@@ -174,7 +179,7 @@ func (h *scriptHost) hook(c *server.Peer, cmd string, args ...string) bool {
 					h.scripts[sha1Hex(args[1])] = args[1]
 				}
 			case "FLUSH":
-				clear(h.scripts)
+				h.flush()
 			case "EXISTS":
 				c.WriteLen(len(args) - 1)
 				for _, sha := range args[1:] {
@@ -191,6 +196,9 @@ func (h *scriptHost) hook(c *server.Peer, cmd string, args ...string) bool {
 	h.pass(c, cmd, args)
 	return true
 }
+
+// flush empties the node's script cache (a restart), under mu.
+func (h *scriptHost) flush() { clear(h.scripts) }
 
 // pass hands a command to miniredis, under mu.
 func (h *scriptHost) pass(c *server.Peer, cmd string, args []string) {
@@ -297,6 +305,12 @@ func (h *scriptHost) call(failFast bool) lua.LGFunction {
 				return 0
 			}
 		}
+		if notInScripts[strings.ToUpper(args[0])] {
+			// Redis refuses some; the others would stay on the inner peer,
+			// shared by the node's later scripts, or block under mu.
+			l.RaiseError("This Redis command is not allowed from script (simulation): %s", args[0])
+			return 0
+		}
 		h.out.Reset()
 		h.srv.Dispatch(h.inner, args)
 		_ = h.w.Flush()
@@ -319,6 +333,21 @@ func (h *scriptHost) call(failFast bool) lua.LGFunction {
 		l.Push(toLua(l, res))
 		return 1
 	}
+}
+
+// notInScripts are the commands a script may not call here: what Redis
+// refuses in scripts (transactions, scripts, pub/sub subscriptions, blocking
+// and connection commands) and SELECT, which Redis allows but which would
+// stay on the shared inner peer. The library's scripts call none of them.
+var notInScripts = map[string]bool{
+	"MULTI": true, "EXEC": true, "DISCARD": true, "WATCH": true, "UNWATCH": true,
+	"EVAL": true, "EVALSHA": true, "EVAL_RO": true, "EVALSHA_RO": true, "SCRIPT": true,
+	"FCALL": true, "FCALL_RO": true, "FUNCTION": true,
+	"SUBSCRIBE": true, "PSUBSCRIBE": true, "SSUBSCRIBE": true,
+	"UNSUBSCRIBE": true, "PUNSUBSCRIBE": true, "SUNSUBSCRIBE": true,
+	"BLPOP": true, "BRPOP": true, "BLMOVE": true, "BRPOPLPUSH": true, "BLMPOP": true,
+	"BZPOPMIN": true, "BZPOPMAX": true, "BZMPOP": true, "XREAD": true, "XREADGROUP": true, "WAIT": true,
+	"SELECT": true, "AUTH": true, "HELLO": true, "CLIENT": true, "QUIT": true, "RESET": true,
 }
 
 // toLua converts a reply as miniredis' scripting does: a nil reply is false.

@@ -77,6 +77,9 @@ func TestScriptHostRepliesAsRedis(t *testing.T) {
 		{"no global created", "EVAL", []any{"x = 1; return 1", 0}, "ERR"},
 		{"no unknown global read", "EVAL", []any{"return y", 0}, "ERR"},
 		{"locals are per call", "EVAL", []any{"local z = (z0 or 0) + 1; return z", 0}, "ERR"},
+		{"MULTI refused in a script", "EVAL", []any{"return redis.call('MULTI')", 0}, "ERR"},
+		{"the next script's calls run", "EVAL", []any{"return redis.call('SET', KEYS[1], 'after').ok", 1, "k2"}, ""},
+		{"BLPOP refused in a script", "EVAL", []any{"return redis.call('BLPOP', KEYS[1], 0)", 1, "list"}, "ERR"},
 		{"syntax error", "EVAL", []any{"return (", 0}, "ERR"},
 		{"too many keys", "EVAL", []any{"return 1", 3, "a"}, "ERR"},
 		{"negative keys", "EVAL", []any{"return 1", -1}, "ERR"},
@@ -122,6 +125,13 @@ func TestScriptHostRunsTheLibraryScripts(t *testing.T) {
 	defer real.Close()
 	host, _ := hostConn(t)
 	for _, s := range rnode.Scripts() {
+		// The host keeps one interpreter per node: a global written around
+		// its guard would outlive the call.
+		for _, bad := range []string{"rawset", "setmetatable", "_G", "getfenv", "setfenv"} {
+			if strings.Contains(s.Source(), bad) {
+				t.Errorf("%s uses %s: the simulation's script host does not isolate it between calls", s.Name(), bad)
+			}
+		}
 		for _, c := range []redis.Conn{real, host} {
 			sha, err := redis.String(c.Do("SCRIPT", "LOAD", s.Source()))
 			if err != nil || sha != s.Hash() {

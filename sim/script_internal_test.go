@@ -30,17 +30,24 @@ func hostConn(t *testing.T) (redis.Conn, func() redis.Conn) {
 	return dial(), dial
 }
 
+// bothConns returns a connection to a real redis-server and one to a script host.
+func bothConns(t *testing.T) (real, host redis.Conn) {
+	t.Helper()
+	real, err := redistest.Start(t).Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = real.Close() })
+	host, _ = hostConn(t)
+	return real, host
+}
+
 // TestScriptHostRepliesAsRedis runs the same commands on a real redis-server
 // and on the simulation's script host, and compares the replies: how a
 // script's result becomes a reply, how a call's reply becomes Lua values,
 // errors, and the script cache.
 func TestScriptHostRepliesAsRedis(t *testing.T) {
-	real, err := redistest.Start(t).Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer real.Close()
-	host, _ := hostConn(t)
+	real, host := bothConns(t)
 
 	const probe = "return 1"
 	steps := []struct {
@@ -118,12 +125,7 @@ func TestScriptHostRepliesAsRedis(t *testing.T) {
 // both (the host compiles it) and runs a lock's life with the plain scripts
 // by EVALSHA, comparing the replies (but the node's clock in a refusal).
 func TestScriptHostRunsTheLibraryScripts(t *testing.T) {
-	real, err := redistest.Start(t).Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer real.Close()
-	host, _ := hostConn(t)
+	real, host := bothConns(t)
 	for _, s := range rnode.Scripts() {
 		// The host keeps one interpreter per node: a global written around
 		// its guard would outlive the call.

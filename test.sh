@@ -4,7 +4,7 @@
 #   ./test.sh                 # every module
 #   ./test.sh . sim           # only these modules (directories), in the same order
 #
-# Each module's output goes to a log, printed with the module's duration when
+# Each module's output goes to a log, printed with the module's duration and CPU time when
 # it is done. When a module fails, its --- FAIL blocks and the last 150 lines of
 # its output are printed again at the very end, so that the failure can be read
 # from a CI log alone; the status is then 1, once every module has run.
@@ -84,19 +84,28 @@ warm() {
 # fresh clone's test results have the same cache keys as an earlier clone's,
 # and go test would print those (cached) instead of running the tests.
 run() {
-	local m=$1 log start status=0 took verdict
+	local m=$1 log start status=0 took verdict cpu
 	log=$logs/$(slug "$1").log
 	start=$SECONDS
-	go -C "$m" test -race -count=1 ./... >"$log" 2>&1 || status=$?
+	# In a subshell of its own, whose `times` are then the CPU time (user
+	# and system) of go test and the test binaries it ran: where a run's
+	# CPU goes (the fault suite's containers are not counted).
+	(
+		go -C "$m" test -race -count=1 ./... >"$log" 2>&1
+		s=$?
+		times >"$log.times"
+		exit "$s"
+	) || status=$?
 	took=$((SECONDS - start))
+	cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] } printf "%d", n }' "$log.times" 2>/dev/null)
 	verdict=ok
 	if [ "$status" != 0 ]; then
 		verdict="FAIL (status $status)"
 		echo "$m" >>"$logs/failed"
 	fi
-	printf '%-14s %4ds  %s\n' "$m" "$took" "$verdict" >>"$logs/durations"
+	printf '%-14s %4ds  CPU %4ss  %s\n' "$m" "$took" "${cpu:-?}" "$verdict" >>"$logs/durations"
 	{
-		echo "=== $m: go test -race ./... — $verdict in ${took}s"
+		echo "=== $m: go test -race ./... — $verdict in ${took}s (CPU ${cpu:-?}s)"
 		cat "$log"
 	} | say
 	return "$status"

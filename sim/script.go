@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
@@ -43,13 +44,14 @@ type scriptHost struct {
 	srv *server.Server
 
 	mu sync.Mutex // one command at a time: see the type's documentation
-	// through holds the peers whose command the host is handing to miniredis
-	// right now: the hook lets those through (one level down).
-	through sync.Map
+	// passing is the peer whose command the host is handing to miniredis
+	// (under mu, so one at a time), and inner the peer a script's calls are
+	// dispatched on: the hook lets their commands through.
+	passing atomic.Pointer[server.Peer]
+	inner   *server.Peer
 	// Under mu:
 	scripts map[string]string // SHA-1 (hex, lower case) -> source: the node's script cache
 	l       *lua.LState
-	inner   *server.Peer // the peer a script's calls are dispatched on
 	out     bytes.Buffer // what miniredis wrote to inner
 	w       *bufio.Writer
 }
@@ -73,7 +75,6 @@ func newScriptHost(srv *server.Server) *scriptHost {
 	h := &scriptHost{srv: srv, scripts: map[string]string{}}
 	h.w = bufio.NewWriter(&h.out)
 	h.inner = server.NewPeer(h.w)
-	h.through.Store(h.inner, struct{}{})
 	h.l = h.newState()
 	srv.SetPreHook(h.hook)
 	return h
@@ -158,8 +159,8 @@ debug = nil
 
 // hook is the server's pre-hook: it sees every command before miniredis.
 func (h *scriptHost) hook(c *server.Peer, cmd string, args ...string) bool {
-	if _, ok := h.through.Load(c); ok {
-		return false // handed over by pass, or a script's call (mu held): miniredis runs it
+	if c == h.inner || c == h.passing.Load() {
+		return false // a script's call, or handed over by pass (mu held): miniredis runs it
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -171,12 +172,15 @@ func (h *scriptHost) hook(c *server.Peer, cmd string, args ...string) bool {
 		if len(args) > 0 {
 			switch strings.ToUpper(args[0]) {
 			case "LOAD":
-				if len(args) == 2 {
+				if len(args) == 2 { // else miniredis' error
 					if _, err := compile(args[1]); err != nil {
 						c.WriteError(errCompile(err))
 						return true
 					}
-					h.scripts[sha1Hex(args[1])] = args[1]
+					sha := sha1Hex(args[1])
+					h.scripts[sha] = args[1]
+					c.WriteBulk(sha)
+					return true
 				}
 			case "FLUSH":
 				h.flush()
@@ -202,8 +206,8 @@ func (h *scriptHost) flush() { clear(h.scripts) }
 
 // pass hands a command to miniredis, under mu.
 func (h *scriptHost) pass(c *server.Peer, cmd string, args []string) {
-	h.through.Store(c, struct{}{})
-	defer h.through.Delete(c)
+	h.passing.Store(c)
+	defer h.passing.Store(nil)
 	h.srv.Dispatch(c, append([]string{cmd}, args...))
 }
 
@@ -250,13 +254,12 @@ func (h *scriptHost) eval(c *server.Peer, cmd string, args []string) {
 	l.G.Global.RawSetString("KEYS", keys)
 	l.G.Global.RawSetString("ARGV", argv)
 	l.Push(l.NewFunctionFromProto(proto))
-	err = l.PCall(0, 1, nil)
-	if err == nil && cmd == "EVAL" {
-		h.scripts[sha1Hex(src)] = src // miniredis caches a script that ran
-	}
-	if err != nil {
+	if err := l.PCall(0, 1, nil); err != nil {
 		c.WriteError(errCompile(err))
 	} else {
+		if cmd == "EVAL" {
+			h.scripts[sha1Hex(src)] = src // miniredis caches a script that ran
+		}
 		writeLua(c, l.Get(1))
 	}
 	l.SetTop(0)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type Lock struct {
 	until    time.Time
 	released bool
 	watchers map[chan struct{}]struct{} // poked whenever until or released changes
+	// undone holds, per node whose acquisition landed after Release (a
+	// straggler), a channel closed once its undo returned (undoneOn).
+	undone map[int]chan struct{}
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
@@ -179,6 +183,7 @@ func (l *Lock) observe(_ int, a node.Acquired, err error) (node.Acquired, bool, 
 // mode the released holder's waiter leaves that node's queue too, while a
 // failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
+	defer close(l.undoneOn(i)) // each node's acquisition is undone once at most
 	if l.keepPlace {
 		// Given back by its own Lock call, which goes on waiting: the lock is
 		// free, its waiter keeps its place (a release with the waiter marks it
@@ -191,6 +196,66 @@ func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
 		return
 	}
 	l.c.releaseDetached(i, l.key, l.token, "", tellNone, nil)
+}
+
+// undoneOn returns the channel closed once the undo of node i's acquisition,
+// which landed after the lock was given up, returned (undoStraggler).
+func (l *Lock) undoneOn(i int) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.undone == nil {
+		l.undone = map[int]chan struct{}{}
+	}
+	ch := l.undone[i]
+	if ch == nil {
+		ch = make(chan struct{})
+		l.undone[i] = ch
+	}
+	return ch
+}
+
+// awaitUndo waits, for a node i whose acquisition was still in flight when
+// the lock was released, until that acquisition answered and, if it may have
+// taken the lock there, until its undo returned; or until ctx ends.
+func (l *Lock) awaitUndo(ctx context.Context, i int) {
+	select {
+	case <-l.acquire.Answered(i):
+	case <-ctx.Done():
+		return
+	}
+	if !l.acquire.Reply(i).Unsettled() { // refused there: nothing to undo
+		return
+	}
+	select {
+	case <-l.undoneOn(i):
+	case <-ctx.Done():
+	}
+}
+
+// undoPending reports whether an undo of l's stragglers may still be on its
+// way: a node of the acquisition that Release did not ask (not in asked)
+// has not answered yet, or took the lock and its undo has not returned.
+func (l *Lock) undoPending(asked []int) bool {
+	if len(asked) == len(l.c.nodes) {
+		return false
+	}
+	replies := l.acquire.Replies()
+	for i, r := range replies {
+		if slices.Contains(asked, i) {
+			continue
+		}
+		if !r.Done {
+			return true
+		}
+		if r.Unsettled() {
+			select {
+			case <-l.undoneOn(i):
+			default:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // granted records a successful acquisition.
@@ -360,7 +425,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	if o.Success {
-		c.releaseInFlight(l.resource, call.Call, done)
+		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
 	c.releasedHere(l.resource)
 	var err error

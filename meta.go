@@ -129,9 +129,9 @@ func (li LeaderInfo) newer(old LeaderInfo) bool {
 // majority and has yet to land on the node read, unless that release was
 // this client's: a read of node i waits for this client's own release of
 // name there to answer (bounded by the node timeout), so that a client does
-// not read itself as the holder after its release returned. (Not awaited: the
-// release of a node whose acquisition was still in flight at Release, sent
-// as that acquisition lands.)
+// not read itself as the holder after its release returned; on a node whose
+// acquisition was still in flight at Release, the read waits for that
+// acquisition to answer and, if it took the lock there, for its undo.
 // It fails with ErrNoLeader when none of the answers has a record, and with
 // a *QuorumError (ErrUnavailable) when fewer than a majority answered.
 func (c *Client) Leader(ctx context.Context, name string) (LeaderInfo, error) {

@@ -511,7 +511,7 @@ func (r *ReadLock) Release(ctx context.Context) error {
 	o := call.settle(ctx, call.Wait(ctx))
 	r.setLease(time.Time{}, true)
 	if o.Success { // this client's next attempt waits for the last nodes (awaitOwnRelease)
-		c.releaseInFlight(r.resource, call.Call, done)
+		c.releaseInFlight(r.resource, call.Call, done, nil)
 	}
 	var err error
 	if !o.Success {

@@ -133,16 +133,31 @@ func (c *Client) releasedHere(resource string) {
 const maxReleasing = 256
 
 // inFlight is this client's release of a resource that returned once a
-// majority released, while other nodes' releases were still on their way.
+// majority released, while other nodes' releases, or the undo of
+// acquisitions that landed after it (stragglers), were still on their way.
 type inFlight struct {
 	call *quorum.Call[struct{}]
 	idx  []int // the nodes of the release's round: call's node j is idx[j]
+	// lock is the released lock, when nodes outside idx release
+	// themselves as their acquisition lands (Lock.undoStraggler); nil
+	// otherwise.
+	lock *Lock
+}
+
+// over reports whether every node's release, or undo, has answered.
+func (f *inFlight) over() bool {
+	return f.call.Unanswered() == 0 && (f.lock == nil || !f.lock.undoPending(f.idx))
 }
 
 // releaseInFlight records that this client's release of resource (call, over
-// nodes idx) returned before every node answered.
-func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], idx []int) {
-	if call.Unanswered() == 0 {
+// nodes idx) returned before every node answered, or that l (if set), the
+// lock released, had acquisitions still in flight on nodes outside idx.
+func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], idx []int, l *Lock) {
+	if l != nil && len(idx) == len(c.nodes) {
+		l = nil
+	}
+	f := inFlight{call: call, idx: idx, lock: l}
+	if f.over() { // the common case: nothing kept, nothing allocated
 		return
 	}
 	c.qmu.Lock()
@@ -152,7 +167,7 @@ func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], i
 	}
 	if _, ok := c.releasing[resource]; !ok && len(c.releasing) >= maxReleasing {
 		for r, f := range c.releasing {
-			if f.call.Unanswered() == 0 {
+			if f.over() {
 				delete(c.releasing, r)
 			}
 		}
@@ -160,25 +175,27 @@ func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], i
 			return // so many at once: an attempt may meet our own key on a node, and be refused there
 		}
 	}
-	c.releasing[resource] = &inFlight{call: call, idx: idx}
+	c.releasing[resource] = &inFlight{call: call, idx: idx, lock: l}
 	c.nreleasing.Store(int32(len(c.releasing)))
 }
 
-// awaitOwnRelease waits, before an acquisition of resource is sent to node i,
-// until this client's last release of resource has answered on that node, or
-// ctx (the attempt's call on node i) ends. Release returns once a majority
-// released: an attempt sent to a node before our release landed there is
-// refused by our own key, and the resource would be taken for contended (an
-// early split, a Lock that queues). Only node i's call waits: a paused node
-// holds back nothing but its own acquisition, which it would not answer
-// either.
+// awaitOwnRelease waits, before an acquisition of resource (or a read of its
+// holder, Leader) is sent to node i, until this client's last release of
+// resource has answered on that node, or ctx (the call on node i) ends.
+// Release returns once a majority released: an attempt sent to a node before
+// our release landed there is refused by our own key, and the resource would
+// be taken for contended (an early split, a Lock that queues). A node that
+// Release did not ask, since its acquisition was still in flight, releases
+// itself as that lands: the wait is then for its undo. Only node i's call
+// waits: a paused node holds back nothing but its own call, which it would
+// not answer either.
 func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int) {
 	if c.nreleasing.Load() == 0 {
 		return
 	}
 	c.qmu.Lock()
 	f := c.releasing[resource]
-	if f != nil && f.call.Unanswered() == 0 {
+	if f != nil && f.over() {
 		delete(c.releasing, resource)
 		c.nreleasing.Store(int32(len(c.releasing)))
 		f = nil
@@ -195,6 +212,9 @@ func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int) {
 			}
 			return
 		}
+	}
+	if f.lock != nil {
+		f.lock.awaitUndo(ctx, i)
 	}
 }
 

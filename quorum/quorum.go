@@ -372,6 +372,13 @@ func (c *Call[T]) Replies() []Reply[T] {
 	return append([]Reply[T](nil), c.replies...)
 }
 
+// Reply returns node i's reply so far (Done false if it has not answered).
+func (c *Call[T]) Reply(i int) Reply[T] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.replies[i]
+}
+
 // AbandonDone is Abandon for a caller that needs only which nodes had
 // answered: it returns their positions, all itself (which must hold 0..n-1)
 // when every node had, and nil when the call was abandoned already.

@@ -19,6 +19,7 @@ import (
 // master X first, a waiter of a lock key on master Y is woken by a release
 // (its watch is on Y, where the release PUBLISHes) and stays queued.
 func TestClusterWakeOtherSlot(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartCluster(t, 3)
 	cc := clusterClient(t, c, nil)
 	n := newNode(t, cc)
@@ -73,6 +74,7 @@ func TestClusterWakeOtherSlot(t *testing.T) {
 // queue, since replaced, woke all three when every watch shared the first
 // key's master).
 func TestClusterHerd(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartCluster(t, 3)
 	cc := clusterClient(t, c, nil)
 	n := newNode(t, cc)
@@ -136,6 +138,7 @@ func TestClusterHerd(t *testing.T) {
 // watched a key on another master than the resource's first: one release
 // makes one waiting client attempt, not all of them.
 func TestClusterClientHerd(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartCluster(t, 3)
 	cc := clusterClient(t, c, nil)
 	n := newNode(t, cc)

@@ -64,6 +64,7 @@ func pause(servers ...*redistest.Server) nodetest.Option {
 // with and without the quarantine (with it, the suite restarts the server
 // last and sees grants refused: nodetest.WithRestart).
 func TestPlain(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	started := time.Now()
 	t.Run("default", func(t *testing.T) {
@@ -113,6 +114,7 @@ func acquire(t *testing.T, n node.Node, key, token string) (node.Acquired, error
 // the node for the full duration; a fresh server is quarantined for what is
 // left of the duration; the quarantine ends.
 func TestQuarantineRestart(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	const d = 3 * time.Second
 	s := redistest.Start(t)
 	q, err := goredis.NewQuarantine(d)

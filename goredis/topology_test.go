@@ -35,6 +35,7 @@ func failoverClient(t *testing.T, set *redistest.SentinelSet, q *goredis.Quarant
 // client gets that lock from the node while the quarantine lasts, whether it
 // connected before the failover or starts after it; afterwards it does.
 func TestSentinel(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	set := redistest.StartSentinel(t, 1, 3)
 	started := time.Now()
 	t.Run("suite", func(t *testing.T) {
@@ -121,6 +122,7 @@ func clusterClient(t *testing.T, c *redistest.Cluster, q *goredis.Quarantine) *r
 // (the lock and fence keys share a hash tag), and a restart of one master
 // quarantines the node.
 func TestCluster(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartCluster(t, 3)
 	started := time.Now()
 	t.Run("suite", func(t *testing.T) {
@@ -180,6 +182,7 @@ func TestCluster(t *testing.T) {
 // that knew the old master nor one started after the failover grants the lock
 // while the quarantine lasts; a control client without it does.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartClusterWithReplicas(t, 3, true)
 	started := time.Now()
 	const d = 3 * time.Second

@@ -19,6 +19,7 @@ import (
 // go-redis re-subscribed; a key stops being subscribed after its last watcher
 // left (and the linger).
 func TestWatchShared(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	n := newNode(t, plainClient(t, s.Addr(), nil))
 	defer n.Close()

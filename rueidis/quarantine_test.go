@@ -46,6 +46,7 @@ func acquire(t *testing.T, n node.Node, key, token string) (node.Acquired, error
 // it; a quarantine without its dial function refuses rather than run
 // unprotected.
 func TestQuarantine(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	started := time.Now()
 	opt := rd.ClientOption{InitAddress: []string{s.Addr()}}
@@ -102,6 +103,7 @@ func TestQuarantine(t *testing.T) {
 // failover in which the new primary lacks the lock key, no client is granted
 // the lock while the quarantine lasts; a control client without it is.
 func TestSentinel(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	set := redistest.StartSentinel(t, 1, 3)
 	started := time.Now()
 	opt := rd.ClientOption{InitAddress: set.Sentinels, Sentinel: rd.SentinelOption{MasterSet: redistest.SentinelMaster}}
@@ -165,6 +167,7 @@ func TestSentinel(t *testing.T) {
 // restart, on a node connected before it and on a new one; everything else
 // works).
 func TestQuarantineConformance(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	s.WaitUptime(1100 * time.Millisecond)
 	opt := rd.ClientOption{InitAddress: []string{s.Addr()}}

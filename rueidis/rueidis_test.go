@@ -46,6 +46,7 @@ func pause(servers ...*redistest.Server) nodetest.Option {
 
 // TestPlain: a rueidis client on one redis-server passes the conformance suite.
 func TestPlain(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	nodetest.Run(t, func(t *testing.T) node.Node {
 		return newNode(t, client(t, s.Addr()))
@@ -55,6 +56,7 @@ func TestPlain(t *testing.T) {
 // TestCluster: a rueidis cluster client over a real 3-master cluster passes
 // the suite.
 func TestCluster(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	c := redistest.StartCluster(t, 3)
 	nodetest.Run(t, func(t *testing.T) node.Node {
 		return newNode(t, client(t, c.Addrs()...))

@@ -37,6 +37,7 @@ func subscribes(t *testing.T, s *redistest.Server) int {
 // and a key is unsubscribed on the server after its last watcher left (and the
 // linger).
 func TestWatchShared(t *testing.T) {
+	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
 	n, err := rueidisnode.New(client(t, s.Addr()))
 	require.NoError(t, err)

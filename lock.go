@@ -36,9 +36,14 @@ type Lock struct {
 	until    time.Time
 	released bool
 	watchers map[chan struct{}]struct{} // poked whenever until or released changes
-	// undone holds, per node whose acquisition landed after Release (a
-	// straggler), a channel closed once its undo returned (undoneOn).
-	undone map[int]chan struct{}
+	// undone: the nodes whose acquisition, given up, was undone as it
+	// landed (undoStraggler), once that undo returned; undoWake, if set,
+	// is closed at the next (awaitUndo).
+	undone   uint128
+	undoWake chan struct{}
+	// flight is the release in flight that Release records
+	// (releaseInFlight), kept here to spare an allocation.
+	flight inFlight
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
@@ -85,7 +90,10 @@ func (a acquireOps) call(ctx context.Context, i int, n node.Node) (node.Acquired
 
 func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggler(i, r) }
 
-func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
+func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) {
+	a.l.split.observe(j, r)
+	a.l.wakeUndoWaiters()
+}
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token. counted says whether the acquisition reads the
@@ -183,7 +191,7 @@ func (l *Lock) observe(_ int, a node.Acquired, err error) (node.Acquired, bool, 
 // mode the released holder's waiter leaves that node's queue too, while a
 // failed attempt leaves its waiter in place.
 func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
-	defer close(l.undoneOn(i)) // each node's acquisition is undone once at most
+	defer l.markUndone(i)
 	if l.keepPlace {
 		// Given back by its own Lock call, which goes on waiting: the lock is
 		// free, its waiter keeps its place (a release with the waiter marks it
@@ -198,37 +206,62 @@ func (l *Lock) undoStraggler(i int, _ quorum.Reply[node.Acquired]) {
 	l.c.releaseDetached(i, l.key, l.token, "", tellNone, nil)
 }
 
-// undoneOn returns the channel closed once the undo of node i's acquisition,
-// which landed after the lock was given up, returned (undoStraggler).
-func (l *Lock) undoneOn(i int) chan struct{} {
+// markUndone records that node i's acquisition was undone, and wakes
+// whoever waits for it (awaitUndo).
+func (l *Lock) markUndone(i int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.undone == nil {
-		l.undone = map[int]chan struct{}{}
+	l.undone.add(i)
+	l.wakeLocked()
+}
+
+// wakeUndoWaiters wakes whoever waits for a node's answer to the
+// acquisition or for its undo (awaitUndo): a node answered.
+func (l *Lock) wakeUndoWaiters() {
+	l.mu.Lock()
+	l.wakeLocked()
+	l.mu.Unlock()
+}
+
+// wakeLocked closes undoWake, if set; l.mu must be held.
+func (l *Lock) wakeLocked() {
+	if l.undoWake != nil {
+		close(l.undoWake)
+		l.undoWake = nil
 	}
-	ch := l.undone[i]
-	if ch == nil {
-		ch = make(chan struct{})
-		l.undone[i] = ch
-	}
-	return ch
+}
+
+// isUndone reports whether node i's acquisition was undone (markUndone).
+func (l *Lock) isUndone(i int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.undone.has(i)
 }
 
 // awaitUndo waits, for a node i whose acquisition was still in flight when
 // the lock was released, until that acquisition answered and, if it may have
 // taken the lock there, until its undo returned; or until ctx ends.
 func (l *Lock) awaitUndo(ctx context.Context, i int) {
-	select {
-	case <-l.acquire.Answered(i):
-	case <-ctx.Done():
-		return
-	}
-	if !l.acquire.Reply(i).Unsettled() { // refused there: nothing to undo
-		return
-	}
-	select {
-	case <-l.undoneOn(i):
-	case <-ctx.Done():
+	for {
+		// The reply is read under l.mu: a node that answers after the read
+		// wakes us through undoWake (acquireOps.onReply, and the queued
+		// round's), which it must lock l.mu to close.
+		l.mu.Lock()
+		r := l.acquire.Reply(i)
+		if r.Done && (!r.Unsettled() || l.undone.has(i)) { // refused there, or undone
+			l.mu.Unlock()
+			return
+		}
+		if l.undoWake == nil {
+			l.undoWake = make(chan struct{})
+		}
+		wake := l.undoWake
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -239,20 +272,13 @@ func (l *Lock) undoPending(asked []int) bool {
 	if len(asked) == len(l.c.nodes) {
 		return false
 	}
-	replies := l.acquire.Replies()
-	for i, r := range replies {
+	for i := range l.c.nodes {
 		if slices.Contains(asked, i) {
 			continue
 		}
-		if !r.Done {
+		r := l.acquire.Reply(i)
+		if !r.Done || r.Unsettled() && !l.isUndone(i) {
 			return true
-		}
-		if r.Unsettled() {
-			select {
-			case <-l.undoneOn(i):
-			default:
-				return true
-			}
 		}
 	}
 	return false

@@ -470,6 +470,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
 			c.leaveLate(l.key, w, j, r)
+			l.wakeUndoWaiters()
 		}
 	}
 	call := rd.start(ctx, c)

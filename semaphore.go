@@ -512,8 +512,9 @@ func (s *Semaphore) hintLocked(i int) {
 // uint128 is a set of node indexes (MaxNodes < 128).
 type uint128 [2]uint64
 
-func (u *uint128) add(i int) { u[i/64] |= 1 << (i % 64) }
-func (u uint128) count() int { return bits.OnesCount64(u[0]) + bits.OnesCount64(u[1]) }
+func (u *uint128) add(i int)     { u[i/64] |= 1 << (i % 64) }
+func (u uint128) has(i int) bool { return u[i/64]&(1<<(i%64)) != 0 }
+func (u uint128) count() int     { return bits.OnesCount64(u[0]) + bits.OnesCount64(u[1]) }
 
 // slotWatch listens for the release notifications of every slot on every
 // node, and passes a slot on to a waiter once a majority of the nodes

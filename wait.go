@@ -150,11 +150,13 @@ func (f *inFlight) over() bool {
 }
 
 // releaseInFlight records that this client's release of resource (call, over
-// nodes idx) returned before every node answered, or that l (if set), the
-// lock released, had acquisitions still in flight on nodes outside idx.
+// nodes idx) returned before every node answered, or that l, the lock
+// released (nil for a read-write lock's release), had acquisitions still in
+// flight on nodes outside idx.
 func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], idx []int, l *Lock) {
+	owner := l
 	if l != nil && len(idx) == len(c.nodes) {
-		l = nil
+		l = nil // no stragglers: nothing to await but the release
 	}
 	f := inFlight{call: call, idx: idx, lock: l}
 	if f.over() { // the common case: nothing kept, nothing allocated
@@ -175,8 +177,20 @@ func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], i
 			return // so many at once: an attempt may meet our own key on a node, and be refused there
 		}
 	}
-	c.releasing[resource] = &inFlight{call: call, idx: idx, lock: l}
+	c.releasing[resource] = keepFlight(f, owner)
 	c.nreleasing.Store(int32(len(c.releasing)))
+}
+
+// keepFlight returns f on the heap: in the released lock's own field (a plain
+// lock's Release allocates nothing for it), else a copy.
+func keepFlight(f inFlight, l *Lock) *inFlight {
+	if l == nil {
+		p := new(inFlight)
+		*p = f
+		return p
+	}
+	l.flight = f
+	return &l.flight
 }
 
 // awaitOwnRelease waits, before an acquisition of resource (or a read of its

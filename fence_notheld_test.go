@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,13 +29,27 @@ func TestFenceCounterNotHeldRetries(t *testing.T) {
 		_, err := s.Do("SET", fenceKey, "5")
 		require.NoError(t, err)
 	}
-	_, err := servers[1].Do("SET", lockKey, "someone-else", "PX", 500)
-	require.NoError(t, err)
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(2*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
+	// Every connection dialed first: under load, a dial made node 2 answer
+	// after the split grace that node 1's refusal starts (CI run of 5
+	// December 2026: "votes split between contenders").
+	warm, err := c.TryLock(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	_, err = servers[1].Do("SET", lockKey, "someone-else", "PX", 500)
+	require.NoError(t, err)
 
-	_, err = c.TryLock(ctx, "res", redlock.WithFence())
+	// A split vote (node 2 answered later than the grace) is another
+	// outcome of the same state, not the one under test: try again; each
+	// attempt releases what it took.
+	for range 5 {
+		if _, err = c.TryLock(ctx, "res", redlock.WithFence()); err == nil || !strings.Contains(err.Error(), "votes split") {
+			break
+		}
+		t.Logf("split vote, again: %v", err)
+	}
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.NotErrorIs(t, err, redlock.ErrLockLost)
 	require.ErrorContains(t, err, "another grant can fence")

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,4 +201,70 @@ func TestLeaderAfterOwnReleaseOfStraggler(t *testing.T) {
 		r = <-done
 	}
 	require.Truef(t, errors.Is(r.err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", r.li, r.err)
+}
+
+// refuseLateWriteNode holds its first write acquisition until let is closed,
+// then refuses it.
+type refuseLateWriteNode struct {
+	node.Node
+	calls atomic.Int32
+	let   chan struct{}
+}
+
+func (n *refuseLateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, mark time.Duration) (node.Acquired, error) {
+	if n.calls.Add(1) == 1 {
+		select {
+		case <-n.let:
+		case <-ctx.Done():
+			return node.Acquired{}, ctx.Err()
+		}
+		return node.Acquired{}, nil // refused
+	}
+	return n.Node.AcquireWrite(ctx, key, fenceKey, token, ttl, writer, mark)
+}
+
+// TestWriteStragglerRefusedWakes: a write lock released while its third
+// node's acquisition was in flight; the next write acquisition's call on
+// that node waits for the straggler (awaitUndo), which lands refused:
+// nothing to undo, and the wait must end at once, not at the deadline (a
+// version of the wait that was woken by the plain and queued rounds' reply
+// callbacks missed the write round's). Found by an adversarial review.
+func TestWriteStragglerRefusedWakes(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	dial := func(i int) node.Node {
+		n, err := node.Dial(servers[i].URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Close() })
+		return n
+	}
+	slow := &refuseLateWriteNode{Node: dial(2), let: make(chan struct{})}
+	replies := make(chan redlock.NodeReplyEvent, 4)
+	c, err := redlock.New([]node.Node{dial(0), dial(1), slow}, redlock.WithNodeTimeout(3*time.Second),
+		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
+			if e.Op == "acquire" && e.Node == slow.Name() {
+				replies <- e
+			}
+		}}))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	l, err := c.WLock(ctx, "res")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	next, err := c.WLock(ctx, "res") // granted by nodes 0 and 1; its call on node 2 waits
+	require.NoError(t, err)
+	defer next.Release(ctx)
+	close(slow.let) // the straggler lands, refused
+	start := time.Now()
+	for range 2 {
+		select {
+		case e := <-replies:
+			require.NoError(t, e.Err)
+		case <-ctx.Done():
+			t.Fatal("node 2 did not answer both write acquisitions")
+		}
+	}
+	require.Less(t, time.Since(start), time.Second, "the second write acquisition on node 2 waited for its deadline")
 }

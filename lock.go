@@ -44,6 +44,8 @@ type Lock struct {
 	// flight is the release in flight that Release records
 	// (releaseInFlight), kept here to spare an allocation.
 	flight inFlight
+	// seq orders the client's locks by creation (awaitOwnRelease).
+	seq uint64
 
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
@@ -90,10 +92,7 @@ func (a acquireOps) call(ctx context.Context, i int, n node.Node) (node.Acquired
 
 func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggler(i, r) }
 
-func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) {
-	a.l.split.observe(j, r)
-	a.l.wakeUndoWaiters()
-}
+func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token. counted says whether the acquisition reads the
@@ -108,7 +107,8 @@ func (c *Client) newLock(resource string, ttl time.Duration, counted, watched bo
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl, counted: counted, tell: tellQueue}
+	l := &Lock{c: c, resource: resource, key: key, fenceKey: fenceKey, token: token, ttl: ttl, counted: counted, tell: tellQueue,
+		seq: c.lockSeq.Add(1)}
 	if watched {
 		l.tell = tellAll
 	}
@@ -154,7 +154,7 @@ func newLockStrings(prefix, resource string) (token, key, fenceKey string, err e
 
 // acquireOn is the acquisition's call on one node.
 func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-	l.c.awaitOwnRelease(ctx, l.resource, i)
+	l.c.awaitOwnRelease(ctx, l.resource, i, l)
 	var (
 		a   node.Acquired
 		err error
@@ -172,7 +172,7 @@ func (l *Lock) acquireOn(ctx context.Context, i int, n node.Node) (node.Acquired
 func (l *Lock) acquireQueuedOn(w *place) func(context.Context, int, node.Node) (node.Acquired, bool, error) {
 	wv := w.Waiter // the same ticket on every node; settle changes w after the round
 	return func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-		l.c.awaitOwnRelease(ctx, l.resource, i)
+		l.c.awaitOwnRelease(ctx, l.resource, i, l)
 		a, err := w.acquire(ctx, n, l, wv)
 		return l.observe(i, a, err)
 	}
@@ -212,19 +212,6 @@ func (l *Lock) markUndone(i int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.undone.add(i)
-	l.wakeLocked()
-}
-
-// wakeUndoWaiters wakes whoever waits for a node's answer to the
-// acquisition or for its undo (awaitUndo): a node answered.
-func (l *Lock) wakeUndoWaiters() {
-	l.mu.Lock()
-	l.wakeLocked()
-	l.mu.Unlock()
-}
-
-// wakeLocked closes undoWake, if set; l.mu must be held.
-func (l *Lock) wakeLocked() {
 	if l.undoWake != nil {
 		close(l.undoWake)
 		l.undoWake = nil
@@ -242,13 +229,14 @@ func (l *Lock) isUndone(i int) bool {
 // the lock was released, until that acquisition answered and, if it may have
 // taken the lock there, until its undo returned; or until ctx ends.
 func (l *Lock) awaitUndo(ctx context.Context, i int) {
+	select {
+	case <-l.acquire.Answered(i): // made only when the call waits: not on the uncontended path
+	case <-ctx.Done():
+		return
+	}
 	for {
-		// The reply is read under l.mu: a node that answers after the read
-		// wakes us through undoWake (acquireOps.onReply, and the queued
-		// round's), which it must lock l.mu to close.
 		l.mu.Lock()
-		r := l.acquire.Reply(i)
-		if r.Done && (!r.Unsettled() || l.undone.has(i)) { // refused there, or undone
+		if !l.acquire.Reply(i).Unsettled() || l.undone.has(i) { // refused there, or undone
 			l.mu.Unlock()
 			return
 		}

@@ -151,7 +151,7 @@ func (c *Client) Leader(ctx context.Context, name string) (LeaderInfo, error) {
 		found bool
 	}
 	call := round[record]{op: "leader", call: func(ctx context.Context, i int, n node.Node) (record, bool, error) {
-		c.awaitOwnRelease(ctx, name, i) // our own release still landing there would show us as the holder
+		c.awaitOwnRelease(ctx, name, i, nil) // our own release still landing there would show us as the holder
 		m, found, err := n.ReadMeta(ctx, key)
 		return record{m, found}, err == nil, err // every answer counts
 	}}.start(ctx, c)

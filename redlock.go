@@ -50,6 +50,7 @@ type Client struct {
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
 	nodeClock   nodeClock        // the nodes' clock, as last heard: new waiters' tickets
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
+	lockSeq     atomic.Uint64    // numbers this client's locks (Lock.seq)
 
 	now func() time.Time // cfg.clock.Now, made once: the rounds' latencies
 }
@@ -470,7 +471,6 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			split.observe(j, r)
 			c.leaveLate(l.key, w, j, r)
-			l.wakeUndoWaiters()
 		}
 	}
 	call := rd.start(ctx, c)

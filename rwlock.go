@@ -238,7 +238,7 @@ type writeOps struct {
 }
 
 func (w writeOps) call(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-	w.l.c.awaitOwnRelease(ctx, w.l.resource, i)
+	w.l.c.awaitOwnRelease(ctx, w.l.resource, i, w.l)
 	a, err := n.AcquireWrite(ctx, w.l.key, w.l.fenceKey, w.l.token, w.l.ttl, w.writer, RWWaitMark)
 	return a, a.OK, err
 }
@@ -313,7 +313,7 @@ type ReadLock struct {
 type readOps struct{ r *ReadLock }
 
 func (o readOps) call(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
-	o.r.c.awaitOwnRelease(ctx, o.r.resource, i) // this client's write release still landing would refuse it
+	o.r.c.awaitOwnRelease(ctx, o.r.resource, i, nil) // this client's write release still landing would refuse it
 	a, err := n.AcquireRead(ctx, o.r.key, o.r.token, o.r.ttl)
 	return a, a.OK, err
 }

@@ -202,8 +202,11 @@ func keepFlight(f inFlight, l *Lock) *inFlight {
 // Release did not ask, since its acquisition was still in flight, releases
 // itself as that lands: the wait is then for its undo. Only node i's call
 // waits: a paused node holds back nothing but its own call, which it would
-// not answer either.
-func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int) {
+// not answer either. self is the lock whose acquisition is about to be sent
+// (nil for a read): it waits only for the stragglers of a lock created
+// before it (a lock's own straggler, sent after its Release, would wait for
+// itself, and two locks' for each other).
+func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int, self *Lock) {
 	if c.nreleasing.Load() == 0 {
 		return
 	}
@@ -227,7 +230,7 @@ func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int) {
 			return
 		}
 	}
-	if f.lock != nil {
+	if f.lock != nil && (self == nil || f.lock.seq < self.seq) {
 		f.lock.awaitUndo(ctx, i)
 	}
 }

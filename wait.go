@@ -142,6 +142,41 @@ type inFlight struct {
 	// themselves as their acquisition lands (Lock.undoStraggler); nil
 	// otherwise.
 	lock *Lock
+	// prev is the release of the resource recorded before this one, while
+	// it is still in flight: a later release, which may have asked every
+	// node, must not hide an earlier lock's straggler (trimChain; read and
+	// changed under Client.qmu).
+	prev *inFlight
+}
+
+// maxChain bounds the releases of one resource remembered at once (a node
+// paused for its timeout would otherwise let every release meanwhile pile
+// up): beyond it, the oldest are forgotten, and an attempt may meet one of
+// our own keys there.
+const maxChain = 4
+
+// trimChain returns the chain of releases from f without those over, at
+// most maxChain of them; c.qmu must be held.
+func trimChain(f *inFlight) *inFlight {
+	var head, tail *inFlight
+	n := 0
+	for e := f; e != nil; {
+		next := e.prev
+		if n < maxChain && !e.over() {
+			if tail == nil {
+				head = e
+			} else {
+				tail.prev = e
+			}
+			tail = e
+			n++
+		}
+		e = next
+	}
+	if tail != nil {
+		tail.prev = nil
+	}
+	return head
 }
 
 // over reports whether every node's release, or undo, has answered.
@@ -169,15 +204,19 @@ func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], i
 	}
 	if _, ok := c.releasing[resource]; !ok && len(c.releasing) >= maxReleasing {
 		for r, f := range c.releasing {
-			if f.over() {
+			if f = trimChain(f); f == nil {
 				delete(c.releasing, r)
+			} else {
+				c.releasing[r] = f
 			}
 		}
 		if len(c.releasing) >= maxReleasing {
 			return // so many at once: an attempt may meet our own key on a node, and be refused there
 		}
 	}
-	c.releasing[resource] = keepFlight(f, owner)
+	kept := keepFlight(f, owner)
+	kept.prev = c.releasing[resource]
+	c.releasing[resource] = trimChain(kept)
 	c.nreleasing.Store(int32(len(c.releasing)))
 }
 
@@ -194,8 +233,9 @@ func keepFlight(f inFlight, l *Lock) *inFlight {
 }
 
 // awaitOwnRelease waits, before an acquisition of resource (or a read of its
-// holder, Leader) is sent to node i, until this client's last release of
-// resource has answered on that node, or ctx (the call on node i) ends.
+// holder, Leader) is sent to node i, until this client's releases of
+// resource still in flight (the last maxChain) have answered on that node,
+// or ctx (the call on node i) ends.
 // Release returns once a majority released: an attempt sent to a node before
 // our release landed there is refused by our own key, and the resource would
 // be taken for contended (an early split, a Lock that queues). A node that
@@ -210,17 +250,32 @@ func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int, se
 	if c.nreleasing.Load() == 0 {
 		return
 	}
+	var chain [maxChain]*inFlight
 	c.qmu.Lock()
-	f := c.releasing[resource]
-	if f != nil && f.over() {
-		delete(c.releasing, resource)
-		c.nreleasing.Store(int32(len(c.releasing)))
-		f = nil
+	f, ok := c.releasing[resource]
+	if ok {
+		if f = trimChain(f); f == nil {
+			delete(c.releasing, resource)
+			c.nreleasing.Store(int32(len(c.releasing)))
+		} else {
+			c.releasing[resource] = f
+		}
+	}
+	n := 0
+	for e := f; e != nil && n < maxChain; e = e.prev {
+		chain[n] = e
+		n++
 	}
 	c.qmu.Unlock()
-	if f == nil {
-		return
+	for _, f := range chain[:n] {
+		f.await(ctx, i, self)
 	}
+}
+
+// await waits until node i answered release f, or, for a node f did not
+// ask, until the straggler of f's lock there was undone (when that lock was
+// created before self: see awaitOwnRelease); or until ctx ends.
+func (f *inFlight) await(ctx context.Context, i int, self *Lock) {
 	for j, n := range f.idx {
 		if n == i {
 			select {

@@ -14,6 +14,28 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
+// dialer returns a function that dials servers[i] as a node, closed at the
+// test's end.
+func dialer(t *testing.T, servers []*redistest.Server) func(i int) node.Node {
+	return func(i int) node.Node {
+		n, err := node.Dial(servers[i].URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Close() })
+		return n
+	}
+}
+
+// acquireReplies returns a channel that receives n's answers to
+// acquisitions, and the option that sends them there.
+func acquireReplies(n node.Node) (<-chan redlock.NodeReplyEvent, redlock.Option) {
+	replies := make(chan redlock.NodeReplyEvent, 8)
+	return replies, redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
+		if e.Op == "acquire" && e.Node == n.Name() {
+			replies <- e
+		}
+	}})
+}
+
 // readSignalNode is a slowReleaseNode (release_inflight_test.go) that tells
 // read once its ReadMeta answered.
 type readSignalNode struct {
@@ -50,12 +72,7 @@ func (n *afterReadNode) ReadMeta(ctx context.Context, key string) (node.Meta, bo
 // release there. Before the fix it returned the holder's record at once.
 func TestLeaderAfterOwnRelease(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	dial := func(i int) node.Node {
-		n, err := node.Dial(servers[i].URL())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = n.Close() })
-		return n
-	}
+	dial := dialer(t, servers)
 	slow := &readSignalNode{slowReleaseNode: &slowReleaseNode{Node: dial(2), let: make(chan struct{})}, read: make(chan struct{})}
 	nodes := []node.Node{dial(0), &afterReadNode{Node: dial(1), after: slow.read}, slow}
 	acquired := make(chan struct{}, 3)
@@ -79,24 +96,32 @@ func TestLeaderAfterOwnRelease(t *testing.T) {
 	}
 	require.NoError(t, l.Release(ctx), "a majority released")
 
+	li, err := leaderLetting(ctx, c, "report", slow.let) // Leader waits for our release on the third node
+	require.Truef(t, errors.Is(err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", li, err)
+}
+
+// leaderLetting asks c for name's leader, and closes let (a held release)
+// when Leader returned, or after 300 ms if it waits: a Leader that waits for
+// that release then returns once it landed.
+func leaderLetting(ctx context.Context, c *redlock.Client, name string, let chan struct{}) (redlock.LeaderInfo, error) {
 	type result struct {
 		li  redlock.LeaderInfo
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		li, err := c.Leader(ctx, "report")
+		li, err := c.Leader(ctx, name)
 		done <- result{li, err}
 	}()
 	var r result
 	select {
 	case r = <-done:
-		close(slow.let)
+		close(let)
 	case <-time.After(300 * time.Millisecond):
-		close(slow.let) // Leader waits for our release on the third node: let it land
+		close(let)
 		r = <-done
 	}
-	require.Truef(t, errors.Is(r.err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", r.li, r.err)
+	return r.li, r.err
 }
 
 // stragglerNode holds its acquisitions until let is closed, writes a
@@ -156,12 +181,7 @@ func (n *stragglerNode) ReadMeta(ctx context.Context, key string) (node.Meta, bo
 // node's acquisition was sent after the release.
 func TestLeaderAfterOwnReleaseOfStraggler(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	dial := func(i int) node.Node {
-		n, err := node.Dial(servers[i].URL())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = n.Close() })
-		return n
-	}
+	dial := dialer(t, servers)
 	slow := &stragglerNode{slowReleaseNode: &slowReleaseNode{Node: dial(2), let: make(chan struct{})},
 		let: make(chan struct{}), acquired: make(chan struct{}), releasing: make(chan struct{}), read: make(chan struct{})}
 	nodes := []node.Node{dial(0), &afterReadNode{Node: dial(1), after: slow.read}, slow}
@@ -183,24 +203,8 @@ func TestLeaderAfterOwnReleaseOfStraggler(t *testing.T) {
 	key := redlock.LockKey(redlock.DefaultKeyPrefix, "report")
 	require.Len(t, servers[2].Keys(key), 1, "the straggler holds the third node")
 
-	type result struct {
-		li  redlock.LeaderInfo
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		li, err := c.Leader(ctx, "report")
-		done <- result{li, err}
-	}()
-	var r result
-	select {
-	case r = <-done:
-		close(slow.slowReleaseNode.let)
-	case <-time.After(300 * time.Millisecond):
-		close(slow.slowReleaseNode.let) // Leader waits for the undo: let it land
-		r = <-done
-	}
-	require.Truef(t, errors.Is(r.err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", r.li, r.err)
+	li, err := leaderLetting(ctx, c, "report", slow.slowReleaseNode.let) // Leader waits for the undo
+	require.Truef(t, errors.Is(err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", li, err)
 }
 
 // refuseLateWriteNode holds its first write acquisition until let is closed,
@@ -231,20 +235,10 @@ func (n *refuseLateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, t
 // callbacks missed the write round's). Found by an adversarial review.
 func TestWriteStragglerRefusedWakes(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	dial := func(i int) node.Node {
-		n, err := node.Dial(servers[i].URL())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = n.Close() })
-		return n
-	}
+	dial := dialer(t, servers)
 	slow := &refuseLateWriteNode{Node: dial(2), let: make(chan struct{})}
-	replies := make(chan redlock.NodeReplyEvent, 4)
-	c, err := redlock.New([]node.Node{dial(0), dial(1), slow}, redlock.WithNodeTimeout(3*time.Second),
-		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
-			if e.Op == "acquire" && e.Node == slow.Name() {
-				replies <- e
-			}
-		}}))
+	replies, hook := acquireReplies(slow)
+	c, err := redlock.New([]node.Node{dial(0), dial(1), slow}, redlock.WithNodeTimeout(3*time.Second), hook)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -13,14 +13,38 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
+// heldUndo holds a node's first release (a straggler's undo) until undoLet
+// is closed, telling undoing when it arrives.
+type heldUndo struct {
+	rels             atomic.Int32
+	undoLet, undoing chan struct{}
+}
+
+func newHeldUndo() *heldUndo {
+	return &heldUndo{undoLet: make(chan struct{}), undoing: make(chan struct{})}
+}
+
+// hold is called by every release of the node.
+func (h *heldUndo) hold(ctx context.Context) error {
+	if h.rels.Add(1) != 1 {
+		return nil
+	}
+	close(h.undoing)
+	select {
+	case <-h.undoLet:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // lateWriteNode holds its first write acquisition until let, then lets it
-// through; holds its first ReleaseFair (the straggler's undo) until undoLet,
-// telling undoing when it arrives.
+// through, and the undo of that acquisition (heldUndo).
 type lateWriteNode struct {
 	node.Node
-	writes, rels atomic.Int32
-	let, undoLet chan struct{}
-	undoing      chan struct{}
+	*heldUndo
+	writes atomic.Int32
+	let    chan struct{}
 }
 
 func (n *lateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, mark time.Duration) (node.Acquired, error) {
@@ -35,13 +59,8 @@ func (n *lateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, token s
 }
 
 func (n *lateWriteNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	if n.rels.Add(1) == 1 {
-		close(n.undoing)
-		select {
-		case <-n.undoLet:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
+	if err := n.hold(ctx); err != nil {
+		return false, err
 	}
 	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
 }
@@ -70,13 +89,8 @@ func (n *slowReadReleaseNode) ReleaseRead(ctx context.Context, key, token string
 // adversarial review.
 func TestLaterReleaseKeepsStragglerAwaited(t *testing.T) {
 	servers := redistest.StartN(t, 5)
-	dial := func(i int) node.Node {
-		n, err := node.Dial(servers[i].URL())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = n.Close() })
-		return n
-	}
-	n4 := &lateWriteNode{Node: dial(4), let: make(chan struct{}), undoLet: make(chan struct{}), undoing: make(chan struct{})}
+	dial := dialer(t, servers)
+	n4 := &lateWriteNode{Node: dial(4), heldUndo: newHeldUndo(), let: make(chan struct{})}
 	n3 := &slowReadReleaseNode{Node: dial(3), let: make(chan struct{})}
 	var stage atomic.Int32
 	replies4 := make(chan redlock.NodeReplyEvent, 8)
@@ -129,14 +143,13 @@ func TestLaterReleaseKeepsStragglerAwaited(t *testing.T) {
 	}
 }
 
-// lateAcquireNode holds its first acquisition until let, and its first
-// release (that acquisition's undo) until undoLet, telling undoing when the
-// release arrives.
+// lateAcquireNode holds its first acquisition until let, and that
+// acquisition's undo (heldUndo).
 type lateAcquireNode struct {
 	node.Node
-	acquires, rels atomic.Int32
-	let, undoLet   chan struct{}
-	undoing        chan struct{}
+	*heldUndo
+	acquires atomic.Int32
+	let      chan struct{}
 }
 
 func (n *lateAcquireNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
@@ -151,13 +164,8 @@ func (n *lateAcquireNode) Acquire(ctx context.Context, key, fenceKey, token stri
 }
 
 func (n *lateAcquireNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	if n.rels.Add(1) == 1 {
-		close(n.undoing)
-		select {
-		case <-n.undoLet:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
+	if err := n.hold(ctx); err != nil {
+		return false, err
 	}
 	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
 }
@@ -171,20 +179,10 @@ func (n *lateAcquireNode) ReleaseFair(ctx context.Context, key, token, waiter st
 // resource marked contended).
 func TestNextLockAwaitsOwnStraggler(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	dial := func(i int) node.Node {
-		n, err := node.Dial(servers[i].URL())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = n.Close() })
-		return n
-	}
-	late := &lateAcquireNode{Node: dial(2), let: make(chan struct{}), undoLet: make(chan struct{}), undoing: make(chan struct{})}
-	replies := make(chan redlock.NodeReplyEvent, 4)
-	c, err := redlock.New([]node.Node{dial(0), dial(1), late}, redlock.WithNodeTimeout(5*time.Second),
-		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
-			if e.Op == "acquire" && e.Node == late.Name() {
-				replies <- e
-			}
-		}}))
+	dial := dialer(t, servers)
+	late := &lateAcquireNode{Node: dial(2), heldUndo: newHeldUndo(), let: make(chan struct{})}
+	replies, hook := acquireReplies(late)
+	c, err := redlock.New([]node.Node{dial(0), dial(1), late}, redlock.WithNodeTimeout(5*time.Second), hook)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

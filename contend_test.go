@@ -358,14 +358,18 @@ func TestGoneWaiterDoesNotHoldTheNextBack(t *testing.T) {
 			// Within 50 ms of the release (issue 23); on a machine too busy
 			// for that (a CI run saw 60 ms, its simulation and fault suite
 			// beside it), what 50 ms stands for: woken by the release and
-			// granted at once, by its first attempt after it (or the second,
-			// when the gone waiter's leave woke it too), long before the
-			// live waiter's one-minute backoff or any reservation would
-			// have let it try again.
+			// granted without backing off, long before the live waiter's
+			// one-minute backoff or any reservation would have let it try
+			// again. That is its first attempt after the release (or the
+			// second, when the gone waiter's leave woke it too), plus the
+			// quick retries (1 ms apart, at most 3) of an attempt granted
+			// by some nodes while the release still lands on the others: a
+			// loaded fresh-clone CI run (5 December 2026) saw 3 attempts
+			// in 126 ms.
 			if handoff >= 50*time.Millisecond {
 				made := attempts[0].Load() - before
 				t.Logf("the live waiter acquired %v after the release, by attempt %d after it (a busy machine)", handoff, made)
-				assert.LessOrEqual(t, made, int64(2), "the live waiter was refused after the release: something held it back")
+				assert.LessOrEqual(t, made, int64(2+3), "the live waiter was refused after the release: something held it back")
 				assert.Less(t, handoff, time.Second, "the live waiter acquires at once after the release")
 			}
 			require.NoError(t, (<-locks[0]).Release(ctx))

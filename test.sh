@@ -85,8 +85,9 @@ warm() {
 }
 
 # flags prints module $1's own go test flags: the adapters' tests mostly
-# wait (Sentinel and Cluster failovers, quarantines), each on servers of its
-# own, and run side by side beyond GOMAXPROCS (2 here) at little CPU.
+# wait (quarantines, clusters forming), each on servers of its own, and run
+# side by side beyond GOMAXPROCS (2 here) at little CPU; their failover
+# tests do not ask to (t.Parallel) and run alone first.
 flags() {
 	case $1 in
 	goredis | rueidis) echo "-parallel 8" ;;
@@ -153,9 +154,9 @@ else
 	# The fault suite's clusters run one at a time
 	# (faults/harness/hostlock.go), after the root module, beside the end of
 	# the simulation and the other modules, which mostly wait (the
-	# adapters' failovers) or are short. The long pole is the root module
-	# and then the fault suite (about 150 s + 200 s); the simulation and
-	# the rest take about 160 s + 130 s beside them.
+	# adapters' quarantines and failovers) or are short. The long pole is
+	# the root module and then the fault suite (about 150 s + 220 s); the
+	# simulation and the rest take about 200 s + 150 s beside them.
 	(
 		lane $untimed
 		lane $rest

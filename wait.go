@@ -138,9 +138,9 @@ const maxReleasing = 256
 type inFlight struct {
 	call *quorum.Call[struct{}]
 	idx  []int // the nodes of the release's round: call's node j is idx[j]
-	// lock is the released lock, when nodes outside idx release
-	// themselves as their acquisition lands (Lock.undoStraggler); nil
-	// otherwise.
+	// lock is the released lock (nil for a read lock's release): nodes
+	// outside idx release themselves as their acquisition lands
+	// (Lock.undoStraggler).
 	lock *Lock
 	// prev is the release of the resource recorded before this one, while
 	// it is still in flight: a later release, which may have asked every
@@ -186,13 +186,9 @@ func (f *inFlight) over() bool {
 
 // releaseInFlight records that this client's release of resource (call, over
 // nodes idx) returned before every node answered, or that l, the lock
-// released (nil for a read-write lock's release), had acquisitions still in
+// released (nil for a read lock's release), had acquisitions still in
 // flight on nodes outside idx.
 func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], idx []int, l *Lock) {
-	owner := l
-	if l != nil && len(idx) == len(c.nodes) {
-		l = nil // no stragglers: nothing to await but the release
-	}
 	f := inFlight{call: call, idx: idx, lock: l}
 	if f.over() { // the common case: nothing kept, nothing allocated
 		return
@@ -203,21 +199,31 @@ func (c *Client) releaseInFlight(resource string, call *quorum.Call[struct{}], i
 		c.releasing = map[string]*inFlight{}
 	}
 	if _, ok := c.releasing[resource]; !ok && len(c.releasing) >= maxReleasing {
-		for r, f := range c.releasing {
-			if f = trimChain(f); f == nil {
-				delete(c.releasing, r)
-			} else {
-				c.releasing[r] = f
-			}
+		for r := range c.releasing {
+			c.trimReleasing(r)
 		}
 		if len(c.releasing) >= maxReleasing {
 			return // so many at once: an attempt may meet our own key on a node, and be refused there
 		}
 	}
-	kept := keepFlight(f, owner)
+	kept := keepFlight(f, l)
 	kept.prev = c.releasing[resource]
-	c.releasing[resource] = trimChain(kept)
+	c.releasing[resource] = kept
+	c.trimReleasing(resource)
+}
+
+// trimReleasing trims resource's chain of releases in flight (trimChain),
+// forgets it once every one is over, and returns what is left; c.qmu must
+// be held.
+func (c *Client) trimReleasing(resource string) *inFlight {
+	f := trimChain(c.releasing[resource])
+	if f == nil {
+		delete(c.releasing, resource)
+	} else {
+		c.releasing[resource] = f
+	}
 	c.nreleasing.Store(int32(len(c.releasing)))
+	return f
 }
 
 // keepFlight returns f on the heap: in the released lock's own field (a plain
@@ -252,17 +258,8 @@ func (c *Client) awaitOwnRelease(ctx context.Context, resource string, i int, se
 	}
 	var chain [maxChain]*inFlight
 	c.qmu.Lock()
-	f, ok := c.releasing[resource]
-	if ok {
-		if f = trimChain(f); f == nil {
-			delete(c.releasing, resource)
-			c.nreleasing.Store(int32(len(c.releasing)))
-		} else {
-			c.releasing[resource] = f
-		}
-	}
 	n := 0
-	for e := f; e != nil && n < maxChain; e = e.prev {
+	for e := c.trimReleasing(resource); e != nil && n < maxChain; e = e.prev {
 		chain[n] = e
 		n++
 	}

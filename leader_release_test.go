@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,26 +123,12 @@ func leaderLetting(ctx context.Context, c *redlock.Client, name string, let chan
 	return r.li, r.err
 }
 
-// stragglerNode holds its acquisitions until let is closed, writes a
-// holder's record only once its acquisition returned (as on one connection,
-// in order), holds its releases as a slowReleaseNode, tells releasing when a
-// release arrives, and read when its ReadMeta answered.
+// stragglerNode is a lateNode (release_chain_test.go) that holds its undo,
+// writes a holder's record only once its acquisition returned (as on one
+// connection, in order), and closes read once its ReadMeta answered.
 type stragglerNode struct {
-	*slowReleaseNode
-	let       chan struct{} // lets the acquisitions through
-	acquired  chan struct{} // closed once an acquisition returned
-	releasing chan struct{} // closed when a release arrives
-	read      chan struct{} // closed once ReadMeta answered
-}
-
-func (n *stragglerNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	select {
-	case <-n.let:
-	case <-ctx.Done():
-		return node.Acquired{}, ctx.Err()
-	}
-	defer close(n.acquired)
-	return n.slowReleaseNode.Acquire(ctx, key, fenceKey, token, ttl)
+	*lateNode
+	read chan struct{}
 }
 
 func (n *stragglerNode) WriteMeta(ctx context.Context, key, token string, m node.Meta, ttl time.Duration) (bool, error) {
@@ -152,22 +137,12 @@ func (n *stragglerNode) WriteMeta(ctx context.Context, key, token string, m node
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	return n.slowReleaseNode.WriteMeta(ctx, key, token, m, ttl)
-}
-
-func (n *stragglerNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	close(n.releasing)
-	return n.slowReleaseNode.ReleaseFair(ctx, key, token, waiter, tell)
-}
-
-func (n *stragglerNode) Release(ctx context.Context, key, token string, notify bool) (bool, error) {
-	close(n.releasing)
-	return n.slowReleaseNode.Release(ctx, key, token, notify)
+	return n.lateNode.WriteMeta(ctx, key, token, m, ttl)
 }
 
 func (n *stragglerNode) ReadMeta(ctx context.Context, key string) (node.Meta, bool, error) {
 	defer close(n.read)
-	return n.slowReleaseNode.ReadMeta(ctx, key)
+	return n.lateNode.ReadMeta(ctx, key)
 }
 
 // TestLeaderAfterOwnReleaseOfStraggler: the third node's acquisition is
@@ -182,8 +157,7 @@ func (n *stragglerNode) ReadMeta(ctx context.Context, key string) (node.Meta, bo
 func TestLeaderAfterOwnReleaseOfStraggler(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	dial := dialer(t, servers)
-	slow := &stragglerNode{slowReleaseNode: &slowReleaseNode{Node: dial(2), let: make(chan struct{})},
-		let: make(chan struct{}), acquired: make(chan struct{}), releasing: make(chan struct{}), read: make(chan struct{})}
+	slow := &stragglerNode{lateNode: newLateNode(dial(2), true), read: make(chan struct{})}
 	nodes := []node.Node{dial(0), &afterReadNode{Node: dial(1), after: slow.read}, slow}
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(5*time.Second))
 	require.NoError(t, err)
@@ -196,35 +170,15 @@ func TestLeaderAfterOwnReleaseOfStraggler(t *testing.T) {
 	require.NoError(t, l.Release(ctx), "a majority released")
 	close(slow.let) // the third node's acquisition lands now, then the record
 	select {
-	case <-slow.releasing: // its undo, held
+	case <-slow.undoing: // its undo, held
 	case <-ctx.Done():
 		t.Fatal("the straggler was not released")
 	}
 	key := redlock.LockKey(redlock.DefaultKeyPrefix, "report")
 	require.Len(t, servers[2].Keys(key), 1, "the straggler holds the third node")
 
-	li, err := leaderLetting(ctx, c, "report", slow.slowReleaseNode.let) // Leader waits for the undo
+	li, err := leaderLetting(ctx, c, "report", slow.undoLet) // Leader waits for the undo
 	require.Truef(t, errors.Is(err, redlock.ErrNoLeader), "Leader after our own release: %+v, %v", li, err)
-}
-
-// refuseLateWriteNode holds its first write acquisition until let is closed,
-// then refuses it.
-type refuseLateWriteNode struct {
-	node.Node
-	calls atomic.Int32
-	let   chan struct{}
-}
-
-func (n *refuseLateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, mark time.Duration) (node.Acquired, error) {
-	if n.calls.Add(1) == 1 {
-		select {
-		case <-n.let:
-		case <-ctx.Done():
-			return node.Acquired{}, ctx.Err()
-		}
-		return node.Acquired{}, nil // refused
-	}
-	return n.Node.AcquireWrite(ctx, key, fenceKey, token, ttl, writer, mark)
 }
 
 // TestWriteStragglerRefusedWakes: a write lock released while its third
@@ -236,7 +190,8 @@ func (n *refuseLateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, t
 func TestWriteStragglerRefusedWakes(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	dial := dialer(t, servers)
-	slow := &refuseLateWriteNode{Node: dial(2), let: make(chan struct{})}
+	slow := newLateNode(dial(2), false)
+	slow.refuse = true
 	replies, hook := acquireReplies(slow)
 	c, err := redlock.New([]node.Node{dial(0), dial(1), slow}, redlock.WithNodeTimeout(3*time.Second), hook)
 	require.NoError(t, err)

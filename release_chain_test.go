@@ -13,54 +13,67 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
-// heldUndo holds a node's first release (a straggler's undo) until undoLet
-// is closed, telling undoing when it arrives.
-type heldUndo struct {
-	rels             atomic.Int32
-	undoLet, undoing chan struct{}
-}
-
-func newHeldUndo() *heldUndo {
-	return &heldUndo{undoLet: make(chan struct{}), undoing: make(chan struct{})}
-}
-
-// hold is called by every release of the node.
-func (h *heldUndo) hold(ctx context.Context) error {
-	if h.rels.Add(1) != 1 {
-		return nil
-	}
-	close(h.undoing)
-	select {
-	case <-h.undoLet:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// lateWriteNode holds its first write acquisition until let, then lets it
-// through, and the undo of that acquisition (heldUndo).
-type lateWriteNode struct {
+// lateNode holds its first acquisition, plain or write, until let is
+// closed, then sends it (or, with refuse set, refuses it) and closes
+// acquired; with holdUndo set, it holds its first release too (that
+// acquisition's undo, when its lock was released meanwhile) until undoLet is
+// closed, closing undoing when it arrives.
+type lateNode struct {
 	node.Node
-	*heldUndo
-	writes atomic.Int32
-	let    chan struct{}
+	refuse, holdUndo   bool
+	acquires, releases atomic.Int32
+	let, acquired      chan struct{}
+	undoLet, undoing   chan struct{}
 }
 
-func (n *lateWriteNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, mark time.Duration) (node.Acquired, error) {
-	if n.writes.Add(1) == 1 {
-		select {
-		case <-n.let:
-		case <-ctx.Done():
-			return node.Acquired{}, ctx.Err()
-		}
+func newLateNode(n node.Node, holdUndo bool) *lateNode {
+	return &lateNode{Node: n, holdUndo: holdUndo, let: make(chan struct{}), acquired: make(chan struct{}),
+		undoLet: make(chan struct{}), undoing: make(chan struct{})}
+}
+
+// late holds the first acquisition; first tells whether this was it.
+func (n *lateNode) late(ctx context.Context) (first bool, err error) {
+	if n.acquires.Add(1) != 1 {
+		return false, nil
+	}
+	select {
+	case <-n.let:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+func (n *lateNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	first, err := n.late(ctx)
+	if err != nil || first && n.refuse {
+		return node.Acquired{}, err
+	}
+	if first {
+		defer close(n.acquired)
+	}
+	return n.Node.Acquire(ctx, key, fenceKey, token, ttl)
+}
+
+func (n *lateNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, mark time.Duration) (node.Acquired, error) {
+	first, err := n.late(ctx)
+	if err != nil || first && n.refuse {
+		return node.Acquired{}, err
+	}
+	if first {
+		defer close(n.acquired)
 	}
 	return n.Node.AcquireWrite(ctx, key, fenceKey, token, ttl, writer, mark)
 }
 
-func (n *lateWriteNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	if err := n.hold(ctx); err != nil {
-		return false, err
+func (n *lateNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
+	if n.holdUndo && n.releases.Add(1) == 1 {
+		close(n.undoing)
+		select {
+		case <-n.undoLet:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
 	}
 	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
 }
@@ -90,7 +103,7 @@ func (n *slowReadReleaseNode) ReleaseRead(ctx context.Context, key, token string
 func TestLaterReleaseKeepsStragglerAwaited(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	dial := dialer(t, servers)
-	n4 := &lateWriteNode{Node: dial(4), heldUndo: newHeldUndo(), let: make(chan struct{})}
+	n4 := newLateNode(dial(4), true)
 	n3 := &slowReadReleaseNode{Node: dial(3), let: make(chan struct{})}
 	var stage atomic.Int32
 	replies4 := make(chan redlock.NodeReplyEvent, 8)
@@ -143,33 +156,6 @@ func TestLaterReleaseKeepsStragglerAwaited(t *testing.T) {
 	}
 }
 
-// lateAcquireNode holds its first acquisition until let, and that
-// acquisition's undo (heldUndo).
-type lateAcquireNode struct {
-	node.Node
-	*heldUndo
-	acquires atomic.Int32
-	let      chan struct{}
-}
-
-func (n *lateAcquireNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
-	if n.acquires.Add(1) == 1 {
-		select {
-		case <-n.let:
-		case <-ctx.Done():
-			return node.Acquired{}, ctx.Err()
-		}
-	}
-	return n.Node.Acquire(ctx, key, fenceKey, token, ttl)
-}
-
-func (n *lateAcquireNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	if err := n.hold(ctx); err != nil {
-		return false, err
-	}
-	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
-}
-
 // TestNextLockAwaitsOwnStraggler: a lock is released while its acquisition
 // on node 2 is in flight; that acquisition lands (the key is the client's
 // again there) and its undo is held. The client's next Lock of the resource
@@ -180,7 +166,7 @@ func (n *lateAcquireNode) ReleaseFair(ctx context.Context, key, token, waiter st
 func TestNextLockAwaitsOwnStraggler(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	dial := dialer(t, servers)
-	late := &lateAcquireNode{Node: dial(2), heldUndo: newHeldUndo(), let: make(chan struct{})}
+	late := newLateNode(dial(2), true)
 	replies, hook := acquireReplies(late)
 	c, err := redlock.New([]node.Node{dial(0), dial(1), late}, redlock.WithNodeTimeout(5*time.Second), hook)
 	require.NoError(t, err)

@@ -28,8 +28,9 @@ type Node struct {
 	clockDir string // host directory with the offset file; "" without WithClockJumps
 	proxy    *proxy
 
-	mu   sync.Mutex
-	addr string
+	mu     sync.Mutex
+	addr   string
+	direct string // the container's address on its network, "" when the host cannot reach it
 }
 
 // create runs the container, starts the node's proxy and waits for PING.
@@ -96,7 +97,7 @@ func (n *Node) create() error {
 		return fmt.Errorf("run %s: %w", n.name, err)
 	}
 	n.id = res.Container.ID
-	if n.proxy, err = newProxy(n.Addr); err != nil {
+	if n.proxy, err = newProxy(n.upstream); err != nil {
 		return fmt.Errorf("proxy for %s: %w", n.name, err)
 	}
 	return n.awaitUp()
@@ -127,10 +128,23 @@ func (n *Node) URL() string { return "redis://" + n.Addr() }
 
 // ProxyAddr is the address of a TCP proxy on 127.0.0.1 in front of the node.
 // It stays the same for the node's whole life: each new connection is
-// forwarded to the node's current Addr. SetLatency slows it down. While the
-// node is down or disconnected, connections to the proxy are accepted and
-// then closed.
+// forwarded to the node's current address, the container's own on the
+// cluster's network when the host reaches it (past Docker's userland proxy,
+// which would otherwise carry every byte a second time), else Addr.
+// SetLatency slows it down. From the moment Kill, Stop or Disconnect is
+// called until the node answers again, connections to the proxy are
+// accepted and then closed, and those open are closed, as through Addr.
 func (n *Node) ProxyAddr() string { return n.proxy.addr() }
+
+// upstream is where the proxy forwards a new connection.
+func (n *Node) upstream() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.direct != "" {
+		return n.direct
+	}
+	return n.addr
+}
 
 // ProxyURL is "redis://" + ProxyAddr().
 func (n *Node) ProxyURL() string { return "redis://" + n.ProxyAddr() }
@@ -144,6 +158,7 @@ func (n *Node) SetLatency(d time.Duration) { n.proxy.setLatency(d) }
 // Kill sends SIGKILL and waits until the container has exited. Without
 // WithAOF the node's data is lost.
 func (n *Node) Kill() error {
+	n.proxy.setDown(true)
 	err := n.client().KillContainer(docker.KillContainerOptions{ID: n.id, Signal: docker.SIGKILL})
 	var nr *docker.ContainerNotRunning
 	if err != nil && !errors.As(err, &nr) {
@@ -156,6 +171,7 @@ func (n *Node) Kill() error {
 // with a 1 s timeout (dockertest gives containers the stop signal SIGWINCH,
 // which Redis ignores, so StopContainer alone would be a delayed SIGKILL).
 func (n *Node) Stop() error {
+	n.proxy.setDown(true)
 	var nr *docker.ContainerNotRunning
 	err := n.client().KillContainer(docker.KillContainerOptions{ID: n.id, Signal: docker.SIGTERM})
 	if err != nil && !errors.As(err, &nr) {
@@ -209,6 +225,7 @@ func (n *Node) Unpause() error {
 // closed, new connections to Addr are refused, and connections open through
 // it are closed. The Redis process keeps running with its data.
 func (n *Node) Disconnect() error {
+	n.proxy.setDown(true)
 	err := n.client().DisconnectNetwork(n.c.network.ID, docker.NetworkConnectionOptions{Container: n.id})
 	if err != nil {
 		return fmt.Errorf("disconnect %s: %w", n.name, err)
@@ -260,7 +277,9 @@ func (n *Node) awaitExit() error {
 }
 
 // awaitUp re-reads the published host port, then waits until the node
-// answers PING with PONG, both within the ready timeout.
+// answers PING with PONG, both within the ready timeout. The proxy then
+// forwards to the container's address on its network if that answers PING
+// too (and REDLOCK_HARNESS_VIA_PORT is not 1), else to the published port.
 func (n *Node) awaitUp() error {
 	deadline := time.Now().Add(n.c.cfg.readyTimeout)
 	var lastErr error
@@ -278,6 +297,11 @@ func (n *Node) awaitUp() error {
 			n.addr = addr
 			n.mu.Unlock()
 			if lastErr = ping(addr, pingTimeout); lastErr == nil {
+				direct := n.containerAddr(c)
+				n.mu.Lock()
+				n.direct = direct
+				n.mu.Unlock()
+				n.proxy.setDown(false)
 				return nil
 			}
 		} else {
@@ -289,6 +313,29 @@ func (n *Node) awaitUp() error {
 		}
 		time.Sleep(25 * time.Millisecond) // poll interval, bounded by deadline
 	}
+}
+
+// viaPortEnv, set to 1, makes the proxies forward to the published ports
+// (through Docker's userland proxy) even where the host reaches the
+// containers' own addresses: the harness's behaviour before 6 December 2026,
+// kept for comparisons.
+const viaPortEnv = "REDLOCK_HARNESS_VIA_PORT"
+
+// containerAddr returns the container's Redis address on the cluster's
+// network if the host reaches it (one PING), else "".
+func (n *Node) containerAddr(c *docker.Container) string {
+	if os.Getenv(viaPortEnv) == "1" || c.NetworkSettings == nil {
+		return ""
+	}
+	ep, ok := c.NetworkSettings.Networks[n.c.network.Name]
+	if !ok || ep.IPAddress == "" {
+		return ""
+	}
+	addr := net.JoinHostPort(ep.IPAddress, redisPort.Port())
+	if ping(addr, pingTimeout) != nil {
+		return ""
+	}
+	return addr
 }
 
 // hostAddr extracts the 127.0.0.1 binding of the Redis port.

@@ -16,14 +16,21 @@ const (
 	proxyQueue = 16
 	// proxyChunk is the read buffer size.
 	proxyChunk = 32 << 10
-	// proxyDialTimeout bounds the dial to the node's current host port.
+	// proxyDialTimeout bounds the dial to the node.
 	proxyDialTimeout = 2 * time.Second
 )
 
 // proxy is a TCP forwarder on 127.0.0.1 that adds a configurable delay to
 // every chunk of data, in each direction. Each accepted connection is
 // forwarded to the address upstream returns at accept time, so the proxy's
-// own address stays valid when the node's host port changes.
+// own address stays valid when the node's address changes.
+//
+// While the proxy is down (setDown), it closes every connection it accepts
+// and keeps none open: what a client saw through Docker's port publication
+// while the node was killed, stopped or cut off its network. The harness
+// marks it down itself, rather than leaving a dial to a vanished container
+// address to time out, because the proxy dials the container's address on
+// its network when it can (Node.upstream), past Docker's userland proxy.
 type proxy struct {
 	ln       net.Listener
 	upstream func() string
@@ -34,6 +41,7 @@ type proxy struct {
 
 	mu     sync.Mutex
 	closed bool
+	down   bool
 	conns  map[net.Conn]struct{}
 }
 
@@ -47,6 +55,7 @@ func newProxy(upstream func() string) (*proxy, error) {
 		upstream: upstream,
 		sem:      make(chan struct{}, proxyMaxConns),
 		done:     make(chan struct{}),
+		down:     true, // until the node first answers
 		conns:    map[net.Conn]struct{}{},
 	}
 	p.wg.Add(1)
@@ -61,6 +70,19 @@ func (p *proxy) setLatency(d time.Duration) {
 		d = 0
 	}
 	p.latency.Store(int64(d))
+}
+
+// setDown marks the node down (closing every open connection at once) or up
+// again.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
 }
 
 // close stops accepting, closes every open connection and waits for all
@@ -82,12 +104,12 @@ func (p *proxy) close() error {
 	return err
 }
 
-// track registers c so close can reach it; it reports false (and closes c)
-// once the proxy is closed.
+// track registers c so close and setDown can reach it; it reports false
+// (and closes c) once the proxy is closed, and while it is down.
 func (p *proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.down {
 		c.Close()
 		return false
 	}

@@ -536,7 +536,7 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
-	cb := bClient(t, c, nodes, fair)
+	cb, counted := bClient(t, nodes, fair)
 	const key, fenceKey = "redlock:{res}", "redlock:{res}:fence"
 	j, k := 0, 1 // l = 2
 
@@ -564,6 +564,7 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	require.NoError(t, err)
 	close(bOnK.send)
 	<-bOnK.landed
+	awaitCounted(t, ctx, counted(k)) // B's Release then asks k too
 	_, err = b.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
 	require.ErrorContains(t, err, cause)

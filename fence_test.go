@@ -302,16 +302,54 @@ var lateReads = []struct {
 	{"counters read by Fence", false, "fence counter missing"},
 }
 
-// bClient is the client B acquires with: c, or a fair client over the same
-// nodes (lateReads).
-func bClient(t *testing.T, c *redlock.Client, nodes []node.Node, fair bool) *redlock.Client {
-	if !fair {
-		return c
+// bClient is the client B acquires with, a default or a fair one (lateReads),
+// over the same nodes as A's but apart from it, so that its OnNodeReply hook
+// sees B's acquisitions only: counted(i) is closed once it has counted an
+// acquisition's reply from node i. B's Release asks only the nodes whose
+// acquisition it has counted (the others release themselves as it lands), so
+// a test that releases B after its delayed acquisition landed waits for that
+// first: on a loaded machine the reply was once counted after the Release
+// (CI run t1, 5 December 2026: "1 agreed, 1 refused (not held), 1 not waited for").
+func bClient(t *testing.T, nodes []node.Node, fair bool) (*redlock.Client, func(i int) <-chan struct{}) {
+	t.Helper()
+	counted := make([]chan struct{}, len(nodes))
+	pending := make(map[string]chan struct{}, len(nodes))
+	for i, n := range nodes {
+		counted[i] = make(chan struct{})
+		pending[n.Name()] = counted[i]
 	}
-	cb, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second), redlock.WithFair())
+	var mu sync.Mutex
+	opts := []redlock.Option{
+		redlock.WithNodeTimeout(10 * time.Second),
+		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
+			if e.Op != "acquire" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ch := pending[e.Node]; ch != nil {
+				close(ch)
+				delete(pending, e.Node)
+			}
+		}}),
+	}
+	if fair {
+		opts = append(opts, redlock.WithFair())
+	}
+	cb, err := redlock.New(nodes, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { cb.Close() })
-	return cb
+	return cb, func(i int) <-chan struct{} { return counted[i] }
+}
+
+// awaitCounted waits until ch (bClient's counted) is closed.
+func awaitCounted(t *testing.T, ctx context.Context, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("B's acquisition's reply was not counted: %v", ctx.Err())
+	}
 }
 
 // TestFenceLateGrantOnWipedNode is the timeline behind TestFenceProperty's
@@ -349,7 +387,7 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
-	cb := bClient(t, c, nodes, fair)
+	cb, counted := bClient(t, nodes, fair)
 	const key, fenceKey = "redlock:{late}", "redlock:{late}:fence"
 	j, k := 0, 1 // l = 2
 
@@ -391,6 +429,7 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	require.NoError(t, err)
 	close(bOnK.send)
 	<-bOnK.landed
+	awaitCounted(t, ctx, counted(k)) // B's Release then asks k too
 	held, err := redis.String(servers[k].Do("GET", key))
 	require.NoError(t, err)
 	require.Equal(t, b.Token(), held, "B's delayed acquisition landed on the wiped node")

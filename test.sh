@@ -10,12 +10,11 @@
 # from a CI log alone; the status is then 1, once every module has run.
 #
 # Order, for 2 cores: every module's test binaries are compiled first, two
-# modules at a time (go test -race -exec true: nothing runs). Then three lanes:
+# modules at a time (go test -race -exec true: nothing runs). Then two lanes:
 # the root module (whose tests measure real time the most), then the fault
 # suite; beside them the simulation (virtual time), then the other modules
 # one after another, the consumer check last (internal/tools: builds a module
-# outside the repository against the working tree's modules); and the
-# go-redis and rueidis adapters, whose tests mostly wait. The root module
+# outside the repository against the working tree's modules). The root module
 # and the fault suite, the two longest after the simulation, never overlap:
 # the fault suite's containers made the root module's timed tests fail (5 of
 # 8 three-lane runs, 3 December 2026).
@@ -43,14 +42,13 @@ export GOFLAGS="-trimpath${GOFLAGS:+ $GOFLAGS}"
 first="."                                                                    # lane 1: the root module, then
 alone="faults"                                                               # the fault suite
 untimed="sim"                                                                # lane 2: the simulation, then
-rest="cmd/redlock metrics metrics/otel bench internal/tools"                 # the other modules
-waiting="goredis rueidis"                                                    # lane 3: the adapters
+rest="cmd/redlock goredis rueidis metrics metrics/otel bench internal/tools" # the other modules
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do
-		case " $first $alone $untimed $rest $waiting " in
+		case " $first $alone $untimed $rest " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory ($first $alone $untimed $rest $waiting)" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($first $alone $untimed $rest)" >&2; exit 2 ;;
 		esac
 	done
 	only() {
@@ -62,7 +60,6 @@ if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	alone=$(only "$alone" "$@")
 	untimed=$(only "$untimed" "$@")
 	rest=$(only "$rest" "$@")
-	waiting=$(only "$waiting" "$@")
 fi
 
 logs=$(mktemp -d)
@@ -141,7 +138,7 @@ go version
 start=$SECONDS
 # Two lanes of compilation: every other module in each.
 warmed=0
-for m in $first $untimed $waiting $rest $alone; do
+for m in $first $untimed $rest $alone; do
 	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
 	warmed=$((warmed + 1))
 done
@@ -151,23 +148,19 @@ wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane $first $untimed $waiting $rest
+	lane $first $untimed $rest
 	lane $alone
 else
 	# The fault suite's clusters run one at a time
 	# (faults/harness/hostlock.go), after the root module, beside the end of
-	# the simulation and the other modules, which are short. The long pole is
-	# the root module and then the fault suite (about 150 s + 190 s); the
-	# simulation and the rest take about 200 s + 70 s beside them. The
-	# adapters' tests mostly wait (quarantines, failovers: about 75 s, of
-	# which 13 CPU-seconds), so they run in a third lane from the start
-	# instead of after the simulation (where they made that lane the
-	# longest: 400 s of a 516 s run, 5 December 2026).
+	# the simulation and the other modules, which mostly wait (the
+	# adapters' quarantines and failovers) or are short. The long pole is
+	# the root module and then the fault suite (about 150 s + 220 s); the
+	# simulation and the rest take about 200 s + 150 s beside them.
 	(
 		lane $untimed
 		lane $rest
 	) &
-	lane $waiting &
 	lane $first
 	lane $alone
 	wait

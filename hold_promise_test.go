@@ -242,11 +242,25 @@ func TestLockMultiAllValid(t *testing.T) {
 	m, err := c.LockMulti(ctx, []string{"b", "a"})
 	require.NoError(t, err)
 	now := time.Now()
+	first := now.Add(time.Hour) // the earliest end of validity
 	for _, l := range m.Locks() {
 		assert.True(t, now.Before(l.Until()), "%s is valid", l.Resource())
+		if l.Until().Before(first) {
+			first = l.Until()
+		}
 	}
 	assert.Greater(t, aTaken.Load(), int64(1), "a was given back and taken again")
-	require.NoError(t, m.Release(ctx))
+	// The wait for b is bounded by a's validity, so b may come with little
+	// of a's left: on a loaded machine a's lease can end before the release
+	// reaches its nodes (CI run u5, 5 December 2026: "1 agreed, 2 refused"),
+	// which is then the right answer. A refusal while both were valid is not.
+	err = m.Release(ctx)
+	if err != nil && time.Now().After(first) {
+		require.ErrorIs(t, err, redlock.ErrLockLost)
+		t.Logf("a lease ended %v after LockMulti returned, before the release did: %v", first.Sub(now), err)
+		return
+	}
+	require.NoError(t, err)
 }
 
 // DoMulti with fast renewals of several locks, whose lease changes race with

@@ -162,6 +162,7 @@ func (n *Node) Kill() error {
 	err := n.client().KillContainer(docker.KillContainerOptions{ID: n.id, Signal: docker.SIGKILL})
 	var nr *docker.ContainerNotRunning
 	if err != nil && !errors.As(err, &nr) {
+		n.proxy.setDown(false) // not killed: reachable again (open connections were closed)
 		return fmt.Errorf("kill %s: %w", n.name, err)
 	}
 	return n.awaitExit()
@@ -228,6 +229,7 @@ func (n *Node) Disconnect() error {
 	n.proxy.setDown(true)
 	err := n.client().DisconnectNetwork(n.c.network.ID, docker.NetworkConnectionOptions{Container: n.id})
 	if err != nil {
+		n.proxy.setDown(false) // still connected: reachable again (open connections were closed)
 		return fmt.Errorf("disconnect %s: %w", n.name, err)
 	}
 	return nil
@@ -317,8 +319,8 @@ func (n *Node) awaitUp() error {
 
 // viaPortEnv, set to 1, makes the proxies forward to the published ports
 // (through Docker's userland proxy) even where the host reaches the
-// containers' own addresses: the harness's behaviour before 6 December 2026,
-// kept for comparisons.
+// containers' own addresses: the harness's behaviour before 14d2f23 (5
+// December 2026), kept for comparisons.
 const viaPortEnv = "REDLOCK_HARNESS_VIA_PORT"
 
 // containerAddr returns the container's Redis address on the cluster's

@@ -142,7 +142,17 @@ func (l *Lock) counters(ctx context.Context) *quorum.Call[node.Acquired] {
 	if l.counted {
 		return l.acquire
 	}
-	read := round[node.Acquired]{op: "fence", call: func(ctx context.Context, _ int, n node.Node) (node.Acquired, bool, error) {
+	read := round[node.Acquired]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
+		// Not before the lock's own acquisition on that node has answered:
+		// Lock returns on a majority, and an acquisition still in flight
+		// (not even sent, on a loaded machine) would land after the read,
+		// which would then find the lock not held there and trust one node
+		// too few (a Fence failing with ErrLockLost while the lock is held).
+		select {
+		case <-l.acquire.Answered(i): // made only when the call waits
+		case <-ctx.Done():
+			return node.Acquired{}, false, ctx.Err()
+		}
 		a, err := n.ReadFence(ctx, l.key, l.fenceKey, l.token)
 		return a, a.OK, err
 	}}.start(ctx, l.c)

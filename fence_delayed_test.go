@@ -591,3 +591,82 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	require.ErrorIs(t, r.err, redlock.ErrLockLost, "Z trusts j only")
 	require.NoError(t, z.Release(ctx))
 }
+
+// TestFenceReadsAfterOwnAcquisition: a default client's Fence reads the
+// counters after Lock returned, and Lock returns on a majority. Here the
+// counters are on j and k only (l's was never written: the first token's
+// creation reached a bare majority) and the lock's acquisition on j is still
+// in flight (not even sent) when Fence starts, so the lock holds k and l:
+// k has a counter, l is a suspect. Before the fix the read reached j before
+// the acquisition and found the lock not held there: one trusted node, and
+// Fence failed with ErrLockLost ("another grant can fence") while the lock
+// was held (CI run u9, 5 December 2026, through ExampleLock_Fence). The read
+// on j now waits for the lock's own acquisition there, and Fence gets 2.
+func TestFenceReadsAfterOwnAcquisition(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	nodes := make([]node.Node, 3)
+	delay := make([]*delayedNode, 3)
+	for i, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		delay[i] = &delayedNode{Node: n}
+		nodes[i] = delay[i]
+	}
+	var mu sync.Mutex
+	fenced := map[string]bool{} // nodes whose fence read was counted
+	read := make(chan struct{}, 1) // a wake-up: the map says what was counted
+	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second), redlock.WithHooks(redlock.Hooks{
+		OnNodeReply: func(e redlock.NodeReplyEvent) {
+			if e.Op != "fence" {
+				return
+			}
+			mu.Lock()
+			fenced[e.Node] = true
+			mu.Unlock()
+			select {
+			case read <- struct{}{}:
+			default:
+			}
+		},
+	}))
+	require.NoError(t, err)
+	defer c.Close()
+	const fenceKey = "redlock:{res}:fence"
+	j, k, l := 0, 1, 2
+	for _, i := range []int{j, k} {
+		_, err := servers[i].Do("SET", fenceKey, "1")
+		require.NoError(t, err)
+	}
+
+	onJ := delay[j].delayNext()
+	lk, err := c.TryLock(ctx, "res")
+	require.NoError(t, err, "the lock holds k and l")
+	<-onJ.arrived
+	type result struct {
+		tok uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { tok, err := lk.Fence(ctx); done <- result{tok, err} }()
+	// Let the acquisition on j go once k's and l's reads were counted.
+	for {
+		select {
+		case <-read:
+		case <-ctx.Done():
+			t.Fatal("the reads of k and l were not counted")
+		}
+		mu.Lock()
+		both := fenced[nodes[k].Name()] && fenced[nodes[l].Name()]
+		mu.Unlock()
+		if both {
+			break
+		}
+	}
+	close(onJ.send)
+	<-onJ.landed
+	r := <-done
+	require.NoError(t, r.err, "Fence while the lock is held on every node")
+	require.Equal(t, uint64(2), r.tok)
+	require.NoError(t, lk.Release(ctx))
+}

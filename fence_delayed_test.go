@@ -525,14 +525,7 @@ func TestFenceFailedFirstFenceCreatesNothing(t *testing.T) {
 func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	nodes := make([]node.Node, 3)
-	delay := make([]*delayedNode, 3)
-	for i, s := range servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		delay[i] = &delayedNode{Node: n}
-		nodes[i] = delay[i]
-	}
+	nodes, delay := delayedNodes(t, servers)
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
@@ -605,16 +598,9 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 func TestFenceReadsAfterOwnAcquisition(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	nodes := make([]node.Node, 3)
-	delay := make([]*delayedNode, 3)
-	for i, s := range servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		delay[i] = &delayedNode{Node: n}
-		nodes[i] = delay[i]
-	}
+	nodes, delay := delayedNodes(t, servers)
 	var mu sync.Mutex
-	fenced := map[string]bool{} // nodes whose fence read was counted
+	fenced := map[string]bool{}    // nodes whose fence read was counted
 	read := make(chan struct{}, 1) // a wake-up: the map says what was counted
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second), redlock.WithHooks(redlock.Hooks{
 		OnNodeReply: func(e redlock.NodeReplyEvent) {

@@ -248,6 +248,21 @@ type delayed struct {
 	arrived, send, landed chan struct{}
 }
 
+// delayedNodes dials every server, each node wrapped in a delayedNode: the
+// nodes for a client, and the same nodes as delayedNodes to arm.
+func delayedNodes(t *testing.T, servers []*redistest.Server) ([]node.Node, []*delayedNode) {
+	t.Helper()
+	nodes := make([]node.Node, len(servers))
+	delay := make([]*delayedNode, len(servers))
+	for i, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		delay[i] = &delayedNode{Node: n}
+		nodes[i] = delay[i]
+	}
+	return nodes, delay
+}
+
 // delayNext arms the delay for the next Acquire.
 func (d *delayedNode) delayNext() *delayed {
 	w := &delayed{arrived: make(chan struct{}), send: make(chan struct{}), landed: make(chan struct{})}
@@ -376,14 +391,7 @@ func TestFenceLateGrantOnWipedNode(t *testing.T) {
 func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	nodes := make([]node.Node, 3)
-	delay := make([]*delayedNode, 3)
-	for i, s := range servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		delay[i] = &delayedNode{Node: n}
-		nodes[i] = delay[i]
-	}
+	nodes, delay := delayedNodes(t, servers)
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()

@@ -529,9 +529,10 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
-	cb, counted := bClient(t, nodes, fair)
 	const key, fenceKey = "redlock:{res}", "redlock:{res}:fence"
 	j, k := 0, 1 // l = 2
+	onK, hook := acquireReplies(nodes[k])
+	cb := bClient(t, nodes, fair, hook)
 
 	bOnK := delay[k].delayNext()
 	b, err := cb.TryLock(ctx, "res")
@@ -557,7 +558,7 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	require.NoError(t, err)
 	close(bOnK.send)
 	<-bOnK.landed
-	awaitCounted(t, ctx, counted(k)) // B's Release then asks k too
+	awaitCounted(t, ctx, onK) // B's Release then asks k too
 	_, err = b.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrLockLost)
 	require.ErrorContains(t, err, cause)

@@ -318,50 +318,30 @@ var lateReads = []struct {
 }
 
 // bClient is the client B acquires with, a default or a fair one (lateReads),
-// over the same nodes as A's but apart from it, so that its OnNodeReply hook
-// sees B's acquisitions only: counted(i) is closed once it has counted an
-// acquisition's reply from node i. B's Release asks only the nodes whose
-// acquisition it has counted (the others release themselves as it lands), so
-// a test that releases B after its delayed acquisition landed waits for that
-// first: on a loaded machine the reply was once counted after the Release
-// (CI run t1, 5 December 2026: "1 agreed, 1 refused (not held), 1 not waited for").
-func bClient(t *testing.T, nodes []node.Node, fair bool) (*redlock.Client, func(i int) <-chan struct{}) {
+// over the same nodes as A's but apart from it, so that its hook (opt, from
+// acquireReplies) sees B's acquisitions only. B's Release asks only the nodes
+// whose acquisition it has counted (the others release themselves as it
+// lands), so a test that releases B after its delayed acquisition landed
+// waits for that reply first (awaitCounted; the hook is called after the
+// count): on a loaded machine it was once counted after the Release (CI run
+// t1, 5 December 2026: "1 agreed, 1 refused (not held), 1 not waited for").
+func bClient(t *testing.T, nodes []node.Node, fair bool, opt redlock.Option) *redlock.Client {
 	t.Helper()
-	counted := make([]chan struct{}, len(nodes))
-	pending := make(map[string]chan struct{}, len(nodes))
-	for i, n := range nodes {
-		counted[i] = make(chan struct{})
-		pending[n.Name()] = counted[i]
-	}
-	var mu sync.Mutex
-	opts := []redlock.Option{
-		redlock.WithNodeTimeout(10 * time.Second),
-		redlock.WithHooks(redlock.Hooks{OnNodeReply: func(e redlock.NodeReplyEvent) {
-			if e.Op != "acquire" {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if ch := pending[e.Node]; ch != nil {
-				close(ch)
-				delete(pending, e.Node)
-			}
-		}}),
-	}
+	opts := []redlock.Option{redlock.WithNodeTimeout(10 * time.Second), opt}
 	if fair {
 		opts = append(opts, redlock.WithFair())
 	}
 	cb, err := redlock.New(nodes, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { cb.Close() })
-	return cb, func(i int) <-chan struct{} { return counted[i] }
+	return cb
 }
 
-// awaitCounted waits until ch (bClient's counted) is closed.
-func awaitCounted(t *testing.T, ctx context.Context, ch <-chan struct{}) {
+// awaitCounted waits for B's delayed acquisition's reply (acquireReplies).
+func awaitCounted(t *testing.T, ctx context.Context, replies <-chan redlock.NodeReplyEvent) {
 	t.Helper()
 	select {
-	case <-ch:
+	case <-replies:
 	case <-ctx.Done():
 		t.Fatalf("B's acquisition's reply was not counted: %v", ctx.Err())
 	}
@@ -395,9 +375,10 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	c, err := redlock.New(nodes, redlock.WithNodeTimeout(10*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
-	cb, counted := bClient(t, nodes, fair)
 	const key, fenceKey = "redlock:{late}", "redlock:{late}:fence"
 	j, k := 0, 1 // l = 2
+	onK, hook := acquireReplies(nodes[k])
+	cb := bClient(t, nodes, fair, hook)
 
 	bOnK := delay[k].delayNext()
 	b, err := cb.TryLock(ctx, "late")
@@ -437,7 +418,7 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	require.NoError(t, err)
 	close(bOnK.send)
 	<-bOnK.landed
-	awaitCounted(t, ctx, counted(k)) // B's Release then asks k too
+	awaitCounted(t, ctx, onK) // B's Release then asks k too
 	held, err := redis.String(servers[k].Do("GET", key))
 	require.NoError(t, err)
 	require.Equal(t, b.Token(), held, "B's delayed acquisition landed on the wiped node")

@@ -170,8 +170,8 @@ func (s *splitWatch) split(ctx context.Context) bool {
 
 // observe is the round's reply callback.
 func (s *splitWatch) observe(_ int, r quorum.Reply[node.Acquired]) {
-	if !r.Done || r.OK || r.Err != nil {
-		return
+	if s.halt == nil || !r.Done || r.OK || r.Err != nil {
+		return // not watching (an inline round: try), or not a refusal
 	}
 	s.once.Do(func() {
 		s.timer.Store(time.AfterFunc(max(splitGraceMin, 4*r.Latency), s.splitNow))

@@ -458,10 +458,15 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
 	split := &l.split
-	halt := split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
-	defer split.stop()
 	// The call, undo and reply callback are l's methods (acquireOps).
 	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}, inline: true}
+	var halt <-chan struct{}
+	if !rd.runsInline(c) {
+		// On one node the round's call returns before the wait starts, and
+		// votes cannot split: no watch, its channel, timer and closure.
+		halt = split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
+	}
+	defer split.stop()
 	if w := lc.waiter; w != nil {
 		rd.ops = nil
 		rd.call = l.acquireQueuedOn(w)

@@ -47,6 +47,17 @@ type round[T any] struct {
 	inline bool
 }
 
+// runsInline reports whether r, started by c, runs its one call on the
+// caller's goroutine (quorum.Options.Inline), which has returned when start
+// does. Not with an OnNodeReply hook: it is promised the node's goroutine.
+func (r round[T]) runsInline(c *Client) bool {
+	n := len(r.idx)
+	if r.idx == nil {
+		n = len(c.all)
+	}
+	return r.inline && n == 1 && c.cfg.hooks.OnNodeReply == nil
+}
+
 // roundOps is a round's call, undo and onReply as the methods of one value.
 type roundOps[T any] interface {
 	call(ctx context.Context, i int, n node.Node) (T, bool, error)
@@ -77,15 +88,11 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// the round's start (a context per call cost four allocations a node):
 	// the runner is the context, ended once every call returned.
 	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
-		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout), done: make(chan struct{})}
-	// Not with an OnNodeReply hook: it is promised the node's goroutine.
-	inline := r.inline && len(r.idx) == 1 && c.cfg.hooks.OnNodeReply == nil
+		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout)}
+	inline := r.runsInline(c)
 	if inline && ctx.Done() != nil {
 		rr.waiter = ctx
 	}
-	rr.mu.Lock() // the timer may fire at once
-	rr.timer = time.AfterFunc(r.timeout, rr.expire)
-	rr.mu.Unlock()
 	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline}
 	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
 	return flight[T]{Call: call, r: r, c: c}
@@ -106,10 +113,14 @@ type roundRunner[T any] struct {
 	// waiter is the caller's context when the round's one call runs on
 	// the caller's goroutine (inline), nil otherwise (Waiter).
 	waiter context.Context
-	done   chan struct{} // closed at the deadline, or once every call returned
 	mu     sync.Mutex
-	timer  *time.Timer
-	err    error
+	// done is closed at the deadline (by timer), or once every call
+	// returned. Both are made by the first call of Done only: a lone
+	// command (node.DeadlineBound) never asks for them, and they were three
+	// of an uncontended Lock+Release's allocations per round (issue 26).
+	done  chan struct{}
+	timer *time.Timer
+	err   error
 }
 
 var _ node.DeadlineBound = (*roundRunner[int])(nil)
@@ -127,14 +138,39 @@ func withoutCancel(ctx context.Context) context.Context {
 // Deadline implements context.Context.
 func (rr *roundRunner[T]) Deadline() (time.Time, bool) { return rr.deadline, true }
 
-// Done implements context.Context.
-func (rr *roundRunner[T]) Done() <-chan struct{} { return rr.done }
+// Done implements context.Context. The channel and its timer are made on
+// the first call (a call already ended gets it closed).
+func (rr *roundRunner[T]) Done() <-chan struct{} {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if rr.done == nil {
+		rr.expired(time.Now()) // before done exists: it closes nothing
+		rr.done = make(chan struct{})
+		if rr.err != nil {
+			close(rr.done)
+		} else {
+			rr.timer = time.AfterFunc(time.Until(rr.deadline), rr.expire)
+		}
+	}
+	return rr.done
+}
 
-// Err implements context.Context.
+// Err implements context.Context: past the deadline it is
+// context.DeadlineExceeded whether or not Done was asked for.
 func (rr *roundRunner[T]) Err() error {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
+	if rr.err == nil {
+		rr.expired(time.Now())
+	}
 	return rr.err
+}
+
+// expired ends the context if now is past its deadline; rr.mu is held.
+func (rr *roundRunner[T]) expired(now time.Time) {
+	if rr.err == nil && !now.Before(rr.deadline) {
+		rr.endLocked(context.DeadlineExceeded)
+	}
 }
 
 // Value implements context.Context: the caller's values.
@@ -159,11 +195,18 @@ var errGaveUp = fmt.Errorf("the caller stopped waiting for the node's reply: %w"
 func (rr *roundRunner[T]) end(err error) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
+	rr.endLocked(err)
+}
+
+// endLocked is end with rr.mu held.
+func (rr *roundRunner[T]) endLocked(err error) {
 	if rr.err != nil {
 		return
 	}
 	rr.err = err
-	close(rr.done)
+	if rr.done != nil {
+		close(rr.done)
+	}
 	if rr.timer != nil {
 		rr.timer.Stop()
 	}

@@ -618,11 +618,12 @@ type callMode struct {
 // modeOf returns the mode of a command sent on ctx (before the node's
 // timeout bounds it).
 func modeOf(ctx context.Context) callMode {
-	if ctx.Done() == nil {
-		return callMode{lone: true}
-	}
+	// DeadlineBound first: its Done channel may be made on demand.
 	if d, ok := ctx.(DeadlineBound); ok {
 		return callMode{lone: true, watch: d.Waiter()}
+	}
+	if ctx.Done() == nil {
+		return callMode{lone: true}
 	}
 	return callMode{}
 }

@@ -14,6 +14,7 @@ import (
 var (
 	errCounterMissing   = errors.New("fence counter missing on nodes that granted the lock while other nodes have one (nodes without it, wiped or never written, are not trusted until repaired; if fewer than a majority of the nodes have one, an operator must restore the counters: docs/fencing.md §6)")
 	errCounterNotHeld   = errors.New("fence counter missing on nodes that granted the lock, while a majority of the nodes have one: too few of the nodes that granted are trusted (another grant can fence; a grant that holds the nodes without it repairs them)")
+	errCounterUnheard   = errors.New("fence counter missing on nodes that granted the lock, and too few nodes answered to tell whether a majority of them have one (an attempt that hears from them can fence)")
 	errCounterExhausted = errors.New("fence counter at its maximum")
 	errLeaseOver        = errors.New("the lease ran out before the token was written back: nothing sent")
 	errCounterFound     = errors.New("fence counter found at write-back on a node after the acquisition saw none anywhere (the resource was fenced meanwhile, or a node lost its counter): the first token is not taken")
@@ -120,11 +121,17 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
 	}
 	if len(eligible) < quorum.Majority(len(c.nodes)) {
-		cause := errCounterMissing
-		if countersOnMajority(src.Replies()) {
+		kind, cause := ErrLockLost, errCounterMissing
+		switch replies := src.Replies(); {
+		case countersOnMajority(replies):
 			cause = errCounterNotHeld // this grant cannot fence, another can
+		case !countersMissingOnMajority(replies):
+			// Nodes that failed may hold the counters the majority needs:
+			// not a case for an operator (issue 24: a node call timed out
+			// under load, and Campaign gave up for good).
+			kind, cause = ErrUnavailable, errCounterUnheard
 		}
-		return 0, nil, nil, false, c.failed("fence", l.resource, ErrLockLost, cause)
+		return 0, nil, nil, false, c.failed("fence", l.resource, kind, cause)
 	}
 	return token, eligible, suspect, fresh, nil
 }
@@ -360,9 +367,19 @@ func (l *Lock) fenceOrGiveBack(ctx context.Context) error {
 	case errors.Is(err, errCounterNotHeld):
 		l.abandonAndWait()
 		return l.c.failed("acquire", l.resource, ErrNotAcquired, errCounterNotHeld)
+	case errors.Is(err, errCounterUnheard):
+		l.abandonAndWait()
+		return l.c.failed("acquire", l.resource, ErrNotAcquired, errCounterUnheard)
 	}
 	l.abandon()
 	return err
+}
+
+// fenceGivenBack reports whether err is the failure of an attempt granted
+// and given back because it could not fence while another may
+// (fenceOrGiveBack).
+func fenceGivenBack(err error) bool {
+	return errors.Is(err, errCounterNotHeld) || errors.Is(err, errCounterUnheard)
 }
 
 // countersOnMajority reports whether a majority of all the nodes answered the
@@ -371,6 +388,18 @@ func countersOnMajority(replies []quorum.Reply[node.Acquired]) bool {
 	n := 0
 	for _, r := range replies {
 		if r.Done && r.Err == nil && r.Value.HasFence {
+			n++
+		}
+	}
+	return n >= quorum.Majority(len(replies))
+}
+
+// countersMissingOnMajority reports whether a majority of all the nodes
+// answered the acquisition (or the read) without a counter.
+func countersMissingOnMajority(replies []quorum.Reply[node.Acquired]) bool {
+	n := 0
+	for _, r := range replies {
+		if r.Done && r.Err == nil && !r.Value.HasFence {
 			n++
 		}
 	}

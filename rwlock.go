@@ -185,7 +185,7 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			continue
 		}
 		watch := rw
-		gaveBack := errors.Is(err, errCounterNotHeld)
+		gaveBack := fenceGivenBack(err)
 		if gaveBack {
 			watch = nil // its own give-back's releases would wake it at once (waiting.wait)
 		}

@@ -296,7 +296,7 @@ type waiting struct {
 	p        pace
 	rw       *releaseWatch // nil until the call is a waiter
 	last     *QuorumError  // the last attempt's refusal
-	gaveBack bool          // the last attempt was granted and given back (errCounterNotHeld)
+	gaveBack bool          // the last attempt was granted and given back (fenceGivenBack)
 }
 
 // queue makes the call a waiter, ticketed with the nodes' clock (0: unknown,
@@ -326,7 +326,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err
 	}
 	w.last = qe
-	w.gaveBack = errors.Is(qe, errCounterNotHeld)
+	w.gaveBack = fenceGivenBack(qe)
 	if failedWith(w.last, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}

@@ -169,6 +169,9 @@ func TestFenceLazyRepairWaitsForTrustedMajority(t *testing.T) {
 	if err == nil {
 		require.Greater(t, tokZ, tokX, "Z came after X2 on c")
 	} else {
-		require.ErrorIs(t, err, redlock.ErrLockLost)
+		// b is the one trusted node, c a suspect, and a (cut) may have
+		// the counter (it has 4): unavailable, not an operator's case.
+		require.ErrorIs(t, err, redlock.ErrUnavailable)
+		require.ErrorContains(t, err, "too few nodes answered")
 	}
 }

@@ -57,9 +57,11 @@ type Leadership struct {
 // unbounded by default). WithMetadata is refused: value is the record.
 //
 // A grant whose term or record cannot be written to a majority is released
-// and tried again; but Campaign returns the error, matching ErrLockLost,
-// when too few nodes that granted the lock have a fence counter (nodes
-// restarted without persistence: docs/safety.md P5, docs/election.md): a
+// and tried again, as is one that cannot tell its term because nodes that
+// may have the counter did not answer; but Campaign returns the error,
+// matching ErrLockLost, when every node answered and fewer than a majority
+// have a fence counter (nodes restarted without persistence: docs/safety.md
+// P5, docs/election.md): a
 // term could then fall below an earlier leader's, and nobody is elected
 // until an operator restores the counters. An empty name, a value longer
 // than MaxMetadataLen or an invalid option is an error matching ErrInvalid.

@@ -47,8 +47,11 @@ func WithFence() LockOption {
 // that started in time may still be sending after Until), when the write-back
 // cannot reach a majority of nodes that still hold the lock, or finds a
 // counter where the acquisition saw none, or too few nodes that granted the
-// lock have a counter (see docs/fencing.md §6 for a resource left in that
-// state); and with ErrUnavailable when ctx ends first.
+// lock have a counter while every node answered and fewer than a majority
+// of them have one (see docs/fencing.md §6 for a resource left in that
+// state); and with ErrUnavailable when ctx ends first, or when nodes that
+// did not answer may have the counters a majority needs (a later Fence
+// reads them again).
 func (l *Lock) Fence(ctx context.Context) (uint64, error) {
 	if err := checkContext(ctx); err != nil {
 		return 0, err
@@ -120,16 +123,19 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 	for _, i := range suspect {
 		c.log(ctx, slog.LevelWarn, "fence counter missing on a node that has the lock: node not trusted", l.key, l.token, "node", c.nodes[i].Name())
 	}
-	if len(eligible) < quorum.Majority(len(c.nodes)) {
+	if m := quorum.Majority(len(c.nodes)); len(eligible) < m {
 		kind, cause := ErrLockLost, errCounterMissing
-		switch replies := src.Replies(); {
-		case countersOnMajority(replies):
+		switch seen, unheard := counterVotes(src.Replies()); {
+		case seen >= m:
 			cause = errCounterNotHeld // this grant cannot fence, another can
-		case !countersMissingOnMajority(replies):
-			// Nodes that failed may hold the counters the majority needs:
-			// not a case for an operator (issue 24: a node call timed out
-			// under load, and Campaign gave up for good).
+		case seen+unheard >= m:
+			// The nodes that failed may hold the counters a majority
+			// needs: not a case for an operator (a node call timed out
+			// under load, and Campaign gave up for good: issue 24). The
+			// next Fence of this lock reads the counters again, rather
+			// than plan from the same replies (Lock.reread).
 			kind, cause = ErrUnavailable, errCounterUnheard
+			l.reread = true
 		}
 		return 0, nil, nil, false, c.failed("fence", l.resource, kind, cause)
 	}
@@ -146,7 +152,7 @@ func (l *Lock) planFence(ctx context.Context) (token uint64, eligible, suspect [
 // (docs/fencing.md §4.2, L4). A reply's OK is then "holds the lock" rather than
 // "granted it": only those nodes are trusted for the write-back.
 func (l *Lock) counters(ctx context.Context) *quorum.Call[node.Acquired] {
-	if l.counted {
+	if l.counted && !l.reread {
 		return l.acquire
 	}
 	read := round[node.Acquired]{op: "fence", call: func(ctx context.Context, i int, n node.Node) (node.Acquired, bool, error) {
@@ -382,28 +388,21 @@ func fenceGivenBack(err error) bool {
 	return errors.Is(err, errCounterNotHeld) || errors.Is(err, errCounterUnheard)
 }
 
-// countersOnMajority reports whether a majority of all the nodes answered the
-// acquisition (granted or refused) with a counter.
-func countersOnMajority(replies []quorum.Reply[node.Acquired]) bool {
-	n := 0
+// counterVotes counts the nodes that answered the acquisition (granted or
+// refused) or the read with a counter (seen), and those that did not
+// answer (unheard: failed, or not yet), which may have one. With every node
+// heard and fewer than a majority seen, no grant can be trusted until an
+// operator restores the counters (at even N too: half is not a majority).
+func counterVotes(replies []quorum.Reply[node.Acquired]) (seen, unheard int) {
 	for _, r := range replies {
-		if r.Done && r.Err == nil && r.Value.HasFence {
-			n++
+		switch {
+		case !r.Done || r.Err != nil:
+			unheard++
+		case r.Value.HasFence:
+			seen++
 		}
 	}
-	return n >= quorum.Majority(len(replies))
-}
-
-// countersMissingOnMajority reports whether a majority of all the nodes
-// answered the acquisition (or the read) without a counter.
-func countersMissingOnMajority(replies []quorum.Reply[node.Acquired]) bool {
-	n := 0
-	for _, r := range replies {
-		if r.Done && r.Err == nil && !r.Value.HasFence {
-			n++
-		}
-	}
-	return n >= quorum.Majority(len(replies))
+	return seen, unheard
 }
 
 func anyCounter(replies []quorum.Reply[node.Acquired]) bool {

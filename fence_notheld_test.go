@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
 
@@ -160,4 +162,139 @@ func TestFenceUnheardNodeRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), tok)
 	require.NoError(t, l.Release(context.Background()))
+}
+
+// TestFenceHalfCountersNeedOperator: at even N, counters on exactly half the
+// nodes, every node answering: a majority is not there, so no grant can be
+// trusted. That is the operator's case (ErrLockLost, "fence counter
+// missing"), not a node that was not heard (which is retried).
+func TestFenceHalfCountersNeedOperator(t *testing.T) {
+	servers := redistest.StartN(t, 4)
+	ctx := ctxT(t, 20*time.Second)
+	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
+	for _, s := range servers[:2] {
+		_, err := s.Do("SET", fenceKey, "5")
+		require.NoError(t, err)
+	}
+	c := dialed(t, servers, redlock.WithNodeTimeout(2*time.Second))
+	_, err := c.TryLock(ctx, "res", redlock.WithFence())
+	require.ErrorIs(t, err, redlock.ErrLockLost)
+	require.ErrorContains(t, err, "restore the counters")
+	require.NotContains(t, err.Error(), "too few nodes answered")
+}
+
+// TestFenceUnheardWaiterYields: n0 and n1 have the counter, n2 has none; W
+// cannot reach n0 (a closed port), C reaches every node. W queued first, so
+// W is the head wherever it reaches and is granted n1 and n2, a grant that
+// cannot fence (n2 untrusted, n0 unheard): it must give its place up, or C,
+// behind it on n1 and n2, is never granted (an adversarial review's
+// timeline: C got nothing for its whole context).
+func TestFenceUnheardWaiterYields(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	lockKey := redlock.LockKey(redlock.DefaultKeyPrefix, "res")
+	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
+	for _, s := range servers[:2] {
+		_, err := s.Do("SET", fenceKey, "5")
+		require.NoError(t, err)
+	}
+	// n0 as W sees it: a port that closes every connection at once (kept
+	// open, so that no other server can take it).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	closed := "redis://" + ln.Addr().String()
+	urls := redistest.URLs(servers)
+	wc, err := redlock.Dial(append([]string{closed}, urls[1:]...), redlock.WithNodeTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { wc.Close() })
+	h := dialed(t, servers)
+	cc := dialed(t, servers, redlock.WithNodeTimeout(2*time.Second))
+
+	held, err := h.TryLock(ctx, "res")
+	require.NoError(t, err)
+	q, _ := node.QueueKeys(lockKey)
+	queued := func() int {
+		n, _ := redis.Int(servers[1].Do("ZCARD", q))
+		return n
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wdone := make(chan error, 1)
+	go func() {
+		l, err := wc.Lock(wctx, "res", redlock.WithFence())
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+		wdone <- err
+	}()
+	require.Eventually(t, func() bool { return queued() == 1 }, 10*time.Second, time.Millisecond, "W queued")
+	cdone := make(chan error, 1)
+	var tok uint64
+	go func() {
+		l, err := cc.Lock(ctxT(t, 15*time.Second), "res", redlock.WithFence())
+		if err == nil {
+			tok, err = l.Fence(ctx)
+			_ = l.Release(context.Background())
+		}
+		cdone <- err
+	}()
+	require.Eventually(t, func() bool { return queued() == 2 }, 10*time.Second, time.Millisecond, "C queued behind W")
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-cdone, "C, which reaches every node, is granted and fences")
+	require.Equal(t, uint64(6), tok)
+	wcancel()
+	require.Error(t, <-wdone)
+}
+
+// TestFenceUnheardRereads: a lock whose acquisition read the counters (a
+// waiter's, here in fair mode) plans its Fence from those replies; when they
+// leave it undecided because n0 did not answer, the next Fence must read the
+// counters again, not return the same ErrUnavailable from the same replies
+// for as long as the lock is held (an adversarial review's finding).
+func TestFenceUnheardRereads(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
+	for _, s := range servers[:2] {
+		_, err := s.Do("SET", fenceKey, "5")
+		require.NoError(t, err)
+	}
+	c := dialed(t, servers, redlock.WithFair(), redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0))
+	warm, err := c.TryLock(ctx, "warm") // every connection dialed first
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	servers[0].Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			servers[0].Resume()
+		}
+	}()
+	l, err := c.Lock(ctx, "res") // fair: a waiter from the first attempt, counters read with the SET
+	require.NoError(t, err)
+	_, err = l.Fence(ctx)
+	require.ErrorIs(t, err, redlock.ErrUnavailable)
+	require.ErrorContains(t, err, "too few nodes answered")
+
+	servers[0].Resume()
+	resumed = true
+	tok, err := l.Fence(ctx)
+	if err == nil {
+		require.Equal(t, uint64(6), tok) // n0 holds the lock (its late grant) and has the counter
+	} else {
+		// n0 was heard this time: it has the counter but not the lock.
+		require.ErrorContains(t, err, "another grant can fence")
+	}
+	_ = l.Release(context.Background())
 }

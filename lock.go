@@ -53,6 +53,10 @@ type Lock struct {
 	// (WithFence, the queue's and the write lock's scripts); without them
 	// Fence reads the counters first (readCounters).
 	counted bool
+	// reread: a plan from the acquisition's counters was undecided (nodes
+	// that failed may have a counter: errCounterUnheard); Fence reads them
+	// again. Guarded by fenceMu.
+	reread bool
 
 	split splitWatch // the acquisition's (try)
 

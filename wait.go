@@ -331,7 +331,11 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return nil, false, err // so many nodes refuse the commands that no attempt can win
 	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
-	if w.lc.waiter != nil && cannotReach(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) {
+	if w.lc.waiter != nil && (cannotReach(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) || errors.Is(qe, errCounterUnheard)) {
+		// Also a grant given back because nodes this client did not hear
+		// may have the counters: at the head of the nodes it reaches, it
+		// would be granted and give back again and again, and a waiter
+		// behind it that reaches every node never be granted.
 		w.yieldPlace()
 	}
 	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {

@@ -361,7 +361,9 @@ func TestFenceDelayedRaiseOnWipedNode(t *testing.T) {
 	if err == nil {
 		require.NotEqual(t, tokY, tokZ, "token %d granted to Y and to Z, and Z came after Y on n2", tokY)
 	}
-	require.ErrorIs(t, err, redlock.ErrLockLost, "Z trusts n0 only")
+	// n1, cut off, has a counter: not heard, not the operator's case.
+	require.ErrorIs(t, err, redlock.ErrUnavailable, "Z trusts n0 only")
+	require.ErrorContains(t, err, "too few nodes answered")
 	release(t, ctx, servers, z)
 
 	// With every node reachable, the next fenced grant trusts n0 and n1 and
@@ -448,7 +450,9 @@ func TestFenceDelayedCreateOnWipedNode(t *testing.T) {
 			if err == nil {
 				require.NotEqual(t, tokY2, tokZ, "token %d granted to Y2 and to Z, and Z came after Y2 on n2", tokY2)
 			}
-			require.ErrorIs(t, err, redlock.ErrLockLost, "Z trusts n0 only")
+			// n1, cut off, has a counter: not heard, not the operator's case.
+			require.ErrorIs(t, err, redlock.ErrUnavailable, "Z trusts n0 only")
+			require.ErrorContains(t, err, "too few nodes answered")
 			release(t, ctx, servers, z)
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,19 +28,14 @@ func TestFenceCounterNotHeldRetries(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	lockKey := redlock.LockKey(redlock.DefaultKeyPrefix, "res")
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
-	for _, s := range servers[:2] {
-		_, err := s.Do("SET", fenceKey, "5")
-		require.NoError(t, err)
-	}
+	withCounter(t, fenceKey, servers[:2]...)
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(2*time.Second))
 	require.NoError(t, err)
 	defer c.Close()
 	// Every connection dialed first: under load, a dial made node 2 answer
 	// after the split grace that node 1's refusal starts (CI run of 5
 	// December 2026: "votes split between contenders").
-	warm, err := c.TryLock(ctx, "warm")
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
+	warmUp(t, ctx, c)
 	_, err = servers[1].Do("SET", lockKey, "someone-else", "PX", 500)
 	require.NoError(t, err)
 
@@ -96,25 +92,14 @@ func TestFenceUnheardNodeRetries(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lockKey := redlock.LockKey(redlock.DefaultKeyPrefix, "res")
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
-	for _, s := range servers[:2] {
-		_, err := s.Do("SET", fenceKey, "5")
-		require.NoError(t, err)
-	}
+	withCounter(t, fenceKey, servers[:2]...)
 	// No breaker: n0 would stay shut out for its cool-down after the timeouts.
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0))
 	require.NoError(t, err)
 	defer c.Close()
-	warm, err := c.TryLock(ctx, "warm") // every connection dialed first
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
+	warmUp(t, ctx, c)
 
-	servers[0].Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			servers[0].Resume()
-		}
-	}()
+	resume := paused(t, servers[0])
 	// released waits until the attempts' grants on n1 and n2 are released
 	// (in the background: the next attempt would find its own key there).
 	released := func(t *testing.T) {
@@ -153,8 +138,7 @@ func TestFenceUnheardNodeRetries(t *testing.T) {
 	notLost(t, err)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "Campaign keeps trying until its context ends")
 
-	servers[0].Resume()
-	resumed = true
+	resume()
 	released(t)
 	l, err = c.Lock(ctx, "res", redlock.WithFence())
 	require.NoError(t, err)
@@ -172,10 +156,7 @@ func TestFenceHalfCountersNeedOperator(t *testing.T) {
 	servers := redistest.StartN(t, 4)
 	ctx := ctxT(t, 20*time.Second)
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
-	for _, s := range servers[:2] {
-		_, err := s.Do("SET", fenceKey, "5")
-		require.NoError(t, err)
-	}
+	withCounter(t, fenceKey, servers[:2]...)
 	c := dialed(t, servers, redlock.WithNodeTimeout(2*time.Second))
 	_, err := c.TryLock(ctx, "res", redlock.WithFence())
 	require.ErrorIs(t, err, redlock.ErrLockLost)
@@ -194,10 +175,7 @@ func TestFenceUnheardWaiterYields(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lockKey := redlock.LockKey(redlock.DefaultKeyPrefix, "res")
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
-	for _, s := range servers[:2] {
-		_, err := s.Do("SET", fenceKey, "5")
-		require.NoError(t, err)
-	}
+	withCounter(t, fenceKey, servers[:2]...)
 	// n0 as W sees it: a port that closes every connection at once (kept
 	// open, so that no other server can take it).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -265,30 +243,18 @@ func TestFenceUnheardRereads(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
-	for _, s := range servers[:2] {
-		_, err := s.Do("SET", fenceKey, "5")
-		require.NoError(t, err)
-	}
+	withCounter(t, fenceKey, servers[:2]...)
 	c := dialed(t, servers, redlock.WithFair(), redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0))
-	warm, err := c.TryLock(ctx, "warm") // every connection dialed first
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
+	warmUp(t, ctx, c)
 
-	servers[0].Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			servers[0].Resume()
-		}
-	}()
+	resume := paused(t, servers[0])
 	l, err := c.Lock(ctx, "res") // fair: a waiter from the first attempt, counters read with the SET
 	require.NoError(t, err)
 	_, err = l.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrUnavailable)
 	require.ErrorContains(t, err, "too few nodes answered")
 
-	servers[0].Resume()
-	resumed = true
+	resume()
 	tok, err := l.Fence(ctx)
 	if err == nil {
 		require.Equal(t, uint64(6), tok) // n0 holds the lock (its late grant) and has the counter
@@ -297,4 +263,32 @@ func TestFenceUnheardRereads(t *testing.T) {
 		require.ErrorContains(t, err, "another grant can fence")
 	}
 	_ = l.Release(context.Background())
+}
+
+// withCounter sets fenceKey's counter to 5 on servers.
+func withCounter(t *testing.T, fenceKey string, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		_, err := s.Do("SET", fenceKey, "5")
+		require.NoError(t, err)
+	}
+}
+
+// warmUp takes and releases a lock with c, so that every connection is
+// dialed before the test's own calls.
+func warmUp(t *testing.T, ctx context.Context, c *redlock.Client) {
+	t.Helper()
+	warm, err := c.TryLock(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+}
+
+// paused pauses s until the returned function resumes it (at the latest
+// when the test ends).
+func paused(t *testing.T, s *redistest.Server) (resume func()) {
+	s.Pause()
+	var once sync.Once
+	resume = func() { once.Do(s.Resume) }
+	t.Cleanup(resume)
+	return resume
 }

@@ -362,8 +362,10 @@ func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, e
 
 // fenceOrGiveBack obtains the token of a lock just granted with WithFence,
 // or gives the lock back. A grant that cannot fence while another could
-// (errCounterNotHeld) is like a refusal: the error matches ErrNotAcquired,
-// Lock tries again and its waiter keeps its place; any other failure is
+// (errCounterNotHeld), or while nodes it did not hear may have the counters
+// (errCounterUnheard), is like a refusal: the error matches ErrNotAcquired
+// and Lock tries again; its waiter keeps its place after the first, and
+// yields it after the second (waiting.attempt). Any other failure is
 // returned as it is.
 func (l *Lock) fenceOrGiveBack(ctx context.Context) error {
 	_, err := l.fenceEntered(ctx)

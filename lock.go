@@ -476,7 +476,8 @@ func (l *Lock) markReleased() bool {
 }
 
 // abandonAndWait is abandon for a grant that its Lock call gives back to try
-// again: its waiter keeps its place in the queues.
+// again: its release keeps the waiter queued (the call may still yield its
+// place: waiting.attempt).
 func (l *Lock) abandonAndWait() {
 	l.keepPlace = true
 	l.abandon()

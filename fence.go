@@ -369,15 +369,13 @@ func (l *Lock) fencePlan(replies []quorum.Reply[node.Acquired]) (token uint64, e
 // returned as it is.
 func (l *Lock) fenceOrGiveBack(ctx context.Context) error {
 	_, err := l.fenceEntered(ctx)
+	var qe *QuorumError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errCounterNotHeld):
+	case fenceGivenBack(err) && errors.As(err, &qe):
 		l.abandonAndWait()
-		return l.c.failed("acquire", l.resource, ErrNotAcquired, errCounterNotHeld)
-	case errors.Is(err, errCounterUnheard):
-		l.abandonAndWait()
-		return l.c.failed("acquire", l.resource, ErrNotAcquired, errCounterUnheard)
+		return l.c.failed("acquire", l.resource, ErrNotAcquired, qe.Cause) // the plan's cause
 	}
 	l.abandon()
 	return err

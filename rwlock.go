@@ -172,7 +172,7 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 		if isQE && qe.Refused > 0 && writer != "" {
 			marked = true
 		}
-		if !isQE || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+		if !isQE || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) {
 			return fail(err)
 		}
 		if failedWith(qe, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
@@ -251,7 +251,7 @@ func (w writeOps) onReply(j int, r quorum.Reply[node.Acquired]) { w.l.split.obse
 // script instead of the plain one.
 func (c *Client) tryWrite(ctx context.Context, resource string, lc lockConfig, writer string) (*Lock, error) {
 	if err := c.begin(); err != nil {
-		return nil, err
+		return nil, c.failed("acquire", resource, ErrNotAcquired, err) // closed
 	}
 	defer c.end()
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
@@ -325,7 +325,7 @@ func (o readOps) onReply(j int, r quorum.Reply[node.Acquired]) { o.r.split.obser
 // tryRead is one read acquisition attempt.
 func (c *Client) tryRead(ctx context.Context, resource string, lc lockConfig, _ string) (*ReadLock, error) {
 	if err := c.begin(); err != nil {
-		return nil, err
+		return nil, c.failed("acquire", resource, ErrNotAcquired, err) // closed
 	}
 	defer c.end()
 	if err := ctx.Err(); err != nil {

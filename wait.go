@@ -319,7 +319,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return l, false, nil
 	}
 	var qe *QuorumError // here, not at &w.last: that would put w on the heap
-	if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil {
+	if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		if qe != nil {
 			w.last = qe
 		}

@@ -71,6 +71,7 @@ type flags struct {
 	peerPausedIters int
 	cpuProfile      string
 	profileLib      string
+	profileN        int
 	profileOnly     bool
 	rounds          int
 	clients         int
@@ -124,8 +125,9 @@ func main() {
 	flag.IntVar(&f.rwIters, "rw-iters", 600, "measured acquire+release pairs per kind of lock (Lock, RLock, WLock) and N in the rwlock phase (in all rounds)")
 	flag.IntVar(&f.peerPausedIters, "peer-paused-iters", 5, "iteration cap of go-redsync with a paused node (each takes about 2s)")
 	flag.IntVar(&f.rounds, "rounds", 5, "rounds of the sequential, throughput and contended scenarios, interleaved across libraries")
-	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=5 and write the CPU profile to this file")
+	flag.StringVar(&f.cpuProfile, "cpuprofile", "", "after the benchmarks, profile an extra (unreported) throughput run at N=-profile-n and write the CPU profile to this file")
 	flag.BoolVar(&f.profileOnly, "profile-only", false, "with -cpuprofile: skip the benchmarks and the report, run only the profiled run")
+	flag.IntVar(&f.profileN, "profile-n", 5, "nodes of the -cpuprofile run: 1, 3 or 5")
 	flag.StringVar(&f.profileLib, "profile-lib", bench.LibRedlock, "library of the -cpuprofile run: "+bench.LibRedlock+" or "+bench.LibRedsync)
 	flag.Parse()
 	adapterNs, err := parseNodes(f.adapterNodes)
@@ -812,10 +814,14 @@ func write(rep *bench.Report, docs string) error {
 	return nil
 }
 
-// profiled runs the throughput scenario of f.profileLib at N=5 under the CPU
+// profiled runs the throughput scenario of f.profileLib at N=f.profileN under the CPU
 // profiler; it is not reported, so that the profile holds nothing else.
 func profiled(ctx context.Context, cl *bench.Cluster, f flags) error {
-	l, err := bench.NewLocker(f.profileLib, cl.Addrs(5))
+	n := f.profileN
+	if n != 1 && n != 3 && n != 5 {
+		return fmt.Errorf("-profile-n %d: the cluster has runs of 1, 3 or 5 nodes", n)
+	}
+	l, err := bench.NewLocker(f.profileLib, cl.Addrs(n))
 	if err != nil {
 		return err
 	}
@@ -828,11 +834,11 @@ func profiled(ctx context.Context, cl *bench.Cluster, f flags) error {
 		return err
 	}
 	r := bench.Throughput(ctx, l, bench.ThroughputConfig{Goroutines: f.goroutines, Warmup: f.tpWarmup,
-		Duration: f.duration, Commands: func() (int64, error) { return cl.Commands(5) },
-		ServerCPU: func() (time.Duration, error) { return cl.CPUTime(5) }})
+		Duration: f.duration, Commands: func() (int64, error) { return cl.Commands(n) },
+		ServerCPU: func() (time.Duration, error) { return cl.CPUTime(n) }})
 	stop()
-	log.Printf("profiled run of %s at N=5 (not in the report): %.0f ops/s, p50 %v, %.1f server commands/op, CPU/op client %v + servers %v; profile in %s",
-		f.profileLib, r.OpsPerSec, r.P50, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, f.cpuProfile)
+	log.Printf("profiled run of %s at N=%d (not in the report): %.0f ops/s, p50 %v, %.1f server commands/op, CPU/op client %v + servers %v; profile in %s",
+		f.profileLib, n, r.OpsPerSec, r.P50, r.CmdsPerOp, r.ClientCPUPerOp, r.ServerCPUPerOp, f.cpuProfile)
 	return nil
 }
 
@@ -1016,7 +1022,7 @@ func notes(rep *bench.Report, f flags) []string {
 		}
 	}
 	if f.cpuProfile != "" {
-		out = append(out, fmt.Sprintf("After the measurements, an extra throughput run of %s at N=5 (not in the tables) was CPU-profiled into %s (`go tool pprof -top %s`).", f.profileLib, f.cpuProfile, f.cpuProfile))
+		out = append(out, fmt.Sprintf("After the measurements, an extra throughput run of %s at N=%d (not in the tables) was CPU-profiled into %s (`go tool pprof -top %s`).", f.profileLib, f.profileN, f.cpuProfile, f.cpuProfile))
 	}
 	return out
 }

@@ -458,8 +458,7 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	// even if the caller would wait longer, and release what was taken. A
 	// split vote stops the wait earlier.
 	split := &l.split
-	// The call, undo and reply callback are l's methods (acquireOps).
-	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}, inline: true}
+	rd := l.acquireRound(lc)
 	var halt <-chan struct{}
 	if !rd.runsInline(c) {
 		// On one node the round's call returns before the wait starts, and
@@ -467,17 +466,6 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 		halt = split.watch(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
 	}
 	defer split.stop()
-	if w := lc.waiter; w != nil {
-		rd.ops = nil
-		rd.call = l.acquireQueuedOn(w)
-		rd.undo = l.undoStraggler
-		l.waiter = w.ID
-		l.args.SetWaiter(w.ID)
-		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
-			split.observe(j, r)
-			c.leaveLate(l.key, w, j, r)
-		}
-	}
 	call := rd.start(ctx, c)
 	o := call.WaitOr(ctx, halt)
 	splitVote := !o.Decided && split.split(ctx)
@@ -491,21 +479,49 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
+	err = l.afterGrant(ctx, lc)
+	c.attempted(resource, lc, o, elapsed, validity, err == nil)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// acquireRound is l's acquisition round: the plain acquire script, or, for
+// a waiter, the queue's (acquireQueuedOn), whose replies also settle the
+// waiter's place on nodes that answer late (leaveLate).
+func (l *Lock) acquireRound(lc lockConfig) round[node.Acquired] {
+	// The call, undo and reply callback are l's methods (acquireOps).
+	rd := round[node.Acquired]{op: "acquire", timeout: l.ttl, ops: acquireOps{l}, inline: true}
+	if w := lc.waiter; w != nil {
+		rd.ops = nil
+		rd.call = l.acquireQueuedOn(w)
+		rd.undo = l.undoStraggler
+		l.waiter = w.ID
+		l.args.SetWaiter(w.ID)
+		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
+			l.split.observe(j, r)
+			l.c.leaveLate(l.key, w, j, r)
+		}
+	}
+	return rd
+}
+
+// afterGrant completes a granted lock as lc asks: its fencing token (or the
+// grant is given back) and the holder's record (or the lock is abandoned).
+func (l *Lock) afterGrant(ctx context.Context, lc lockConfig) error {
 	if lc.fence {
 		if err := l.fenceOrGiveBack(ctx); err != nil {
-			c.attempted(resource, lc, o, elapsed, validity, false)
-			return nil, err
+			return err
 		}
 	}
 	if lc.meta != nil { // holder metadata (meta.go), after the term it carries
 		if err := l.announce(ctx, *lc.meta); err != nil {
 			l.abandon()
-			c.attempted(resource, lc, o, elapsed, validity, false)
-			return nil, err
+			return err
 		}
 	}
-	c.attempted(resource, lc, o, elapsed, validity, true)
-	return l, nil
+	return nil
 }
 
 // notAcquired gives a failed attempt of l up (what was taken is released),

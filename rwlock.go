@@ -168,15 +168,11 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			return done(v, nil)
 		}
 		var qe *QuorumError
-		isQE := errors.As(err, &qe)
-		if isQE && qe.Refused > 0 && writer != "" {
+		if errors.As(err, &qe) && qe.Refused > 0 && writer != "" {
 			marked = true
 		}
-		if !isQE || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		if c.lastAttempt(ctx, qe, err) {
 			return fail(err)
-		}
-		if failedWith(qe, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
-			return fail(err) // so many nodes refuse the commands that no attempt can win
 		}
 		if rw == nil && qe.Refused > 0 {
 			// Held: listen for its release, and try again at once (it may
@@ -184,23 +180,34 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			rw = c.watchKey(ctx, c.lockKey(resource))
 			continue
 		}
-		watch := rw
-		gaveBack := fenceGivenBack(err)
-		if gaveBack {
-			watch = nil // its own give-back's releases would wake it at once (waiting.wait)
-		}
-		woken, err := waitRetry(ctx, watch, nil, c.stop, backoff(lc.retryMin, retryMax, attempt))
-		if gaveBack && rw != nil {
-			rw.forget()
-		}
-		if err != nil {
+		if err := c.rwWait(ctx, rw, fenceGivenBack(err), backoff(lc.retryMin, retryMax, attempt)); err != nil {
 			qe.Cause = err
 			return fail(qe)
 		}
-		if woken == wokeRemote {
-			rw.gather(ctx, gatherMax)
-		}
 	}
+}
+
+// rwWait waits, between two attempts of rwLoop, for a release notification
+// (rw, if not nil) or the backoff; it returns the error that ends the call
+// (ctx ended, or the client closed). After a grant given back (gaveBack) it
+// waits for the backoff only: its own give-back's releases would wake it at
+// once (waiting.wait).
+func (c *Client) rwWait(ctx context.Context, rw *releaseWatch, gaveBack bool, backoff time.Duration) error {
+	watch := rw
+	if gaveBack {
+		watch = nil
+	}
+	woken, err := waitRetry(ctx, watch, nil, c.stop, backoff)
+	if gaveBack && rw != nil {
+		rw.forget()
+	}
+	if err != nil {
+		return err
+	}
+	if woken == wokeRemote {
+		rw.gather(ctx, gatherMax)
+	}
+	return nil
 }
 
 // leaveWrite removes the mark that the waiting writer (its id) may have

@@ -271,31 +271,18 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 	first := true
 	splits := 0
 	for {
-		var q *QuorumError
 		select {
 		case <-ctx.Done():
 			return nil, s.notAcquired(last, ctx.Err())
 		case <-c.stop:
 			return nil, s.notAcquired(last, ErrClosed)
 		case slot := <-w.hint:
-			p, err := s.try(ctx, slot, cfg.ttl, false)
-			if p != nil {
-				return p, nil
+			p, q, err := s.tryHint(ctx, w, slot, cfg.ttl, &splits)
+			if p != nil || err != nil {
+				return p, err
 			}
-			if err == nil {
-				continue // not tried: held or tried here
-			}
-			if !errors.As(err, &q) {
-				return nil, err
-			}
-			last = q
-			if q.Agreed > 0 {
-				// Some nodes granted it: the vote split between the
-				// waiters of several clients hinted at the same release,
-				// and the slot is free again once they undo it. Try it
-				// again after a jittered backoff.
-				w.retry(slot, backoff(c.cfg.retryMin, c.cfg.retryMax, splits))
-				splits++
+			if q != nil {
+				last = q
 			}
 		case <-t.C:
 			if first || s.first(w) {
@@ -311,6 +298,28 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...SemaphoreOption) (*Perm
 			t.Reset(semResync(c.cfg.retryMax))
 		}
 	}
+}
+
+// tryHint tries slot, which a release notification hinted at, for waiter
+// w. It returns the permit, or the error that ends the call, or neither and
+// the refusal (nil when the slot was not tried: held or tried here). Some
+// nodes granted it: the vote split between the waiters of several clients
+// hinted at the same release, and the slot is free again once they undo
+// it; it is tried again after a jittered backoff (splits counts them).
+func (s *Semaphore) tryHint(ctx context.Context, w *semWaiter, slot int, ttl time.Duration, splits *int) (*Permit, *QuorumError, error) {
+	p, err := s.try(ctx, slot, ttl, false)
+	if p != nil || err == nil {
+		return p, nil, nil
+	}
+	var q *QuorumError
+	if !errors.As(err, &q) {
+		return nil, nil, err
+	}
+	if q.Agreed > 0 {
+		w.retry(slot, backoff(s.c.cfg.retryMin, s.c.cfg.retryMax, *splits))
+		*splits++
+	}
+	return nil, q, nil
 }
 
 // semResync returns the wait before a waiter's next pass over the slots, in

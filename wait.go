@@ -319,17 +319,13 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		return l, false, nil
 	}
 	var qe *QuorumError // here, not at &w.last: that would put w on the heap
-	if !errors.As(err, &qe) || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) {
-		if qe != nil {
-			w.last = qe
-		}
+	if errors.As(err, &qe) {
+		w.last = qe
+	}
+	if c.lastAttempt(ctx, qe, err) {
 		return nil, false, err
 	}
-	w.last = qe
 	w.gaveBack = fenceGivenBack(qe)
-	if failedWith(w.last, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes)) {
-		return nil, false, err // so many nodes refuse the commands that no attempt can win
-	}
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
 	if w.lc.waiter != nil && (cannotReach(w.last) > len(c.nodes)-quorum.Majority(len(c.nodes)) || errors.Is(qe, errCounterUnheard)) {
 		// Also a grant given back because nodes this client did not hear
@@ -349,6 +345,16 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	}
 	// Not queued for its ticket: at once with one from the nodes' clocks.
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
+}
+
+// lastAttempt reports whether err, the error of a waiting call's attempt
+// (qe, if it is a *QuorumError), ends the call: retrying cannot help. It
+// is not a refusal (bad input, failed fencing), ctx ended, the client is
+// closed, or so many nodes refuse the scripts' commands (an ACL) that no
+// attempt can win.
+func (c *Client) lastAttempt(ctx context.Context, qe *QuorumError, err error) bool {
+	return qe == nil || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) ||
+		failedWith(qe, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes))
 }
 
 // failedWith counts the nodes of qe whose failure is of kind (failureKind):

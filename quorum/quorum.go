@@ -232,34 +232,7 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 		v, ok, err = op(ctx, i)
 	}
 	r := Reply[T]{Value: v, OK: ok, Err: err, Done: true, Latency: c.now().Sub(start)}
-
-	c.mu.Lock()
-	c.replies[i] = r
-	if ch := c.answered[i]; ch != nil {
-		close(ch)
-	}
-	switch {
-	case r.Yes():
-		c.yes++
-	case err != nil:
-		c.failed++
-	default:
-		c.no++
-	}
-	c.pending--
-	if !c.outcome.Decided {
-		if c.yes >= c.need {
-			c.decide(true)
-		} else if c.yes+c.pending < c.need {
-			c.decide(false)
-		}
-	}
-	undo := c.dropped && (c.undo != nil || c.runner != nil) && r.Unsettled()
-	last := c.pending == 0
-	if last && c.settled != nil {
-		close(c.settled)
-	}
-	c.mu.Unlock()
+	undo, last := c.record(i, r)
 	switch {
 	case !last:
 	case c.runner != nil:
@@ -282,6 +255,40 @@ func (c *Call[T]) run(ctx context.Context, op Op[T], i int) {
 			c.undo(i, r)
 		}
 	}
+}
+
+// record counts node i's reply r, decides the call once the outcome is
+// known, and reports whether r must be undone (the call was abandoned and
+// r is unsettled) and whether it was the last reply.
+func (c *Call[T]) record(i int, r Reply[T]) (undo, last bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.replies[i] = r
+	if ch := c.answered[i]; ch != nil {
+		close(ch)
+	}
+	switch {
+	case r.Yes():
+		c.yes++
+	case r.Err != nil:
+		c.failed++
+	default:
+		c.no++
+	}
+	c.pending--
+	if !c.outcome.Decided {
+		if c.yes >= c.need {
+			c.decide(true)
+		} else if c.yes+c.pending < c.need {
+			c.decide(false)
+		}
+	}
+	undo = c.dropped && (c.undo != nil || c.runner != nil) && r.Unsettled()
+	last = c.pending == 0
+	if last && c.settled != nil {
+		close(c.settled)
+	}
+	return undo, last
 }
 
 // decide records the outcome; c.mu must be held.

@@ -72,6 +72,18 @@ const (
 	fairSoonMax = 3
 )
 
+// backoff returns the wait before retry number attempt: uniform in [0, bound) with
+// bound = min(max, min·2^attempt).
+func backoff(min, max time.Duration, attempt int) time.Duration {
+	bound := max
+	if attempt < 30 {
+		if b := min << attempt; b > 0 && b < max {
+			bound = b
+		}
+	}
+	return mrand.N(bound) + 1 // never zero: a retry always yields
+}
+
 // backoff is the wait before the retry after attempt.
 func (p *pace) backoff(lc lockConfig, attempt int) time.Duration {
 	if p.soon {

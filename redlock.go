@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,48 +309,6 @@ func (c *Client) lock(ctx context.Context, resource string, lc lockConfig) (*Loc
 	return l, err
 }
 
-// lockWait makes attempts until one succeeds or ctx ends. It returns the
-// call's waiter in the end (lc.waiter, or the one it became), if any.
-func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, *place, error) {
-	// This client's waiters for one resource take turns: only the head of the
-	// queue makes attempts, so they are served in order and do not compete.
-	q, me, err := c.enterQueue(ctx, resource)
-	defer c.leaveLocal(resource, q, me)
-	local := q.poke
-	if err != nil {
-		return nil, lc.waiter, c.failed("acquire", resource, ErrNotAcquired, err)
-	}
-	w := &waiting{c: c, resource: resource, lc: lc}
-	defer w.stop()
-	if w.lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
-		// Contended lately: queue from the first attempt, and listen
-		// before it (the subscription of this client's waiters lingers
-		// between Lock calls, so this costs nothing when the client
-		// contends again and again). When this client holds the lock, its
-		// own release wakes the call: no queue on the nodes.
-		w.queue(ctx, c.nodeClock.ticket(time.Now()))
-	}
-	for attempt := 0; ; attempt++ {
-		// When this client holds the lock, its release will wake us: no need to
-		// ask the nodes, nor to listen to them.
-		if attempt > 0 || !c.heldHere(resource) {
-			l, again, err := w.attempt(ctx)
-			if l != nil || err != nil {
-				return l, w.lc.waiter, err
-			}
-			if again {
-				continue
-			}
-		}
-		// Woken by a release, or after a backoff with full jitter in case a
-		// notification was lost (a node down, a lease that simply expired)
-		// or the votes split.
-		if err := w.wait(ctx, local, attempt); err != nil {
-			return nil, w.lc.waiter, err
-		}
-	}
-}
-
 // TryLock makes one attempt to acquire the lock on resource. On failure the error
 // wraps ErrNotAcquired.
 func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
@@ -420,18 +377,6 @@ func withLockOptions(lc lockConfig, opts []LockOption) (lockConfig, error) {
 		}
 	}
 	return lc, nil
-}
-
-// backoff returns the wait before retry number attempt: uniform in [0, bound) with
-// bound = min(max, min·2^attempt).
-func backoff(min, max time.Duration, attempt int) time.Duration {
-	bound := max
-	if attempt < 30 {
-		if b := min << attempt; b > 0 && b < max {
-			bound = b
-		}
-	}
-	return mrand.N(bound) + 1 // never zero: a retry always yields
 }
 
 // lockKey returns the lock key of resource under the client's prefix.

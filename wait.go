@@ -287,6 +287,48 @@ func (f *inFlight) await(ctx context.Context, i int, self *Lock) {
 	}
 }
 
+// lockWait makes attempts until one succeeds or ctx ends. It returns the
+// call's waiter in the end (lc.waiter, or the one it became), if any.
+func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (*Lock, *place, error) {
+	// This client's waiters for one resource take turns: only the head of the
+	// queue makes attempts, so they are served in order and do not compete.
+	q, me, err := c.enterQueue(ctx, resource)
+	defer c.leaveLocal(resource, q, me)
+	local := q.poke
+	if err != nil {
+		return nil, lc.waiter, c.failed("acquire", resource, ErrNotAcquired, err)
+	}
+	w := &waiting{c: c, resource: resource, lc: lc}
+	defer w.stop()
+	if w.lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
+		// Contended lately: queue from the first attempt, and listen
+		// before it (the subscription of this client's waiters lingers
+		// between Lock calls, so this costs nothing when the client
+		// contends again and again). When this client holds the lock, its
+		// own release wakes the call: no queue on the nodes.
+		w.queue(ctx, c.nodeClock.ticket(time.Now()))
+	}
+	for attempt := 0; ; attempt++ {
+		// When this client holds the lock, its release will wake us: no need to
+		// ask the nodes, nor to listen to them.
+		if attempt > 0 || !c.heldHere(resource) {
+			l, again, err := w.attempt(ctx)
+			if l != nil || err != nil {
+				return l, w.lc.waiter, err
+			}
+			if again {
+				continue
+			}
+		}
+		// Woken by a release, or after a backoff with full jitter in case a
+		// notification was lost (a node down, a lease that simply expired)
+		// or the votes split.
+		if err := w.wait(ctx, local, attempt); err != nil {
+			return nil, w.lc.waiter, err
+		}
+	}
+}
+
 // waiting is one Lock call's wait for its lock: its place in the nodes'
 // queues once refused (lc.waiter), its pace, and its wake-ups.
 type waiting struct {

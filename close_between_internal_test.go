@@ -83,6 +83,29 @@ func TestCloseBetweenAttempts(t *testing.T) {
 	})
 }
 
+// TestOneShotCallsAfterClose: the one-shot calls on a closed client return
+// the bare ErrClosed, not an ErrNotAcquired a caller's own retry loop would
+// take for a refusal and retry forever (only the waiting calls' error wraps
+// both: TestCloseBetweenAttempts).
+func TestOneShotCallsAfterClose(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(redistest.URLs(servers))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	calls := map[string]func() error{
+		"TryLock":  func() error { _, err := c.TryLock(ctx, "oneshot"); return err },
+		"TryRLock": func() error { _, err := c.TryRLock(ctx, "oneshot"); return err },
+		"TryWLock": func() error { _, err := c.TryWLock(ctx, "oneshot"); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		assert.ErrorIs(t, err, ErrClosed, name)
+		assert.NotErrorIs(t, err, ErrNotAcquired, name)
+	}
+}
+
 // closeBefore2nd wraps an attempt function: its second call closes the
 // client first (from another goroutine: Close waits for the call to end)
 // and makes the attempt once the client is closed.

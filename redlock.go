@@ -385,7 +385,7 @@ func (c *Client) lockKey(resource string) string { return LockKey(c.cfg.prefix, 
 // try is one acquisition attempt, through the nodes' queues for a waiter.
 func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
 	if err := c.begin(); err != nil {
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err) // closed
+		return nil, err
 	}
 	defer c.end()
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up

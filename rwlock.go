@@ -171,8 +171,8 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 		if errors.As(err, &qe) && qe.Refused > 0 && writer != "" {
 			marked = true
 		}
-		if c.lastAttempt(ctx, qe, err) {
-			return fail(err)
+		if c.lastAttempt(ctx, qe) {
+			return fail(c.callError(resource, err))
 		}
 		if rw == nil && qe.Refused > 0 {
 			// Held: listen for its release, and try again at once (it may
@@ -258,7 +258,7 @@ func (w writeOps) onReply(j int, r quorum.Reply[node.Acquired]) { w.l.split.obse
 // script instead of the plain one.
 func (c *Client) tryWrite(ctx context.Context, resource string, lc lockConfig, writer string) (*Lock, error) {
 	if err := c.begin(); err != nil {
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err) // closed
+		return nil, err
 	}
 	defer c.end()
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
@@ -332,7 +332,7 @@ func (o readOps) onReply(j int, r quorum.Reply[node.Acquired]) { o.r.split.obser
 // tryRead is one read acquisition attempt.
 func (c *Client) tryRead(ctx context.Context, resource string, lc lockConfig, _ string) (*ReadLock, error) {
 	if err := c.begin(); err != nil {
-		return nil, c.failed("acquire", resource, ErrNotAcquired, err) // closed
+		return nil, err
 	}
 	defer c.end()
 	if err := ctx.Err(); err != nil {

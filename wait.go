@@ -364,8 +364,8 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	if errors.As(err, &qe) {
 		w.last = qe
 	}
-	if c.lastAttempt(ctx, qe, err) {
-		return nil, false, err
+	if c.lastAttempt(ctx, qe) {
+		return nil, false, c.callError(w.resource, err)
 	}
 	w.gaveBack = fenceGivenBack(qe)
 	w.p.failed(c, w.resource, w.last, w.lc.waiter)
@@ -389,14 +389,26 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 	return nil, w.lc.waiter != nil && w.lc.waiter.takeRequeue(), nil
 }
 
-// lastAttempt reports whether err, the error of a waiting call's attempt
-// (qe, if it is a *QuorumError), ends the call: retrying cannot help. It
-// is not a refusal (bad input, failed fencing), ctx ended, the client is
-// closed, or so many nodes refuse the scripts' commands (an ACL) that no
-// attempt can win.
-func (c *Client) lastAttempt(ctx context.Context, qe *QuorumError, err error) bool {
-	return qe == nil || qe.Kind != ErrNotAcquired || ctx.Err() != nil || errors.Is(err, ErrClosed) ||
+// lastAttempt reports whether a waiting call's attempt that failed (qe:
+// its error if a *QuorumError, else nil) ends the call: retrying cannot
+// help. Its error is not a refusal (bad input, failed fencing, the client
+// closed), ctx ended, or so many nodes refuse the scripts' commands (an
+// ACL) that no attempt can win.
+func (c *Client) lastAttempt(ctx context.Context, qe *QuorumError) bool {
+	return qe == nil || qe.Kind != ErrNotAcquired || ctx.Err() != nil ||
 		failedWith(qe, "permission denied") > len(c.nodes)-quorum.Majority(len(c.nodes))
+}
+
+// callError is the error of a waiting call (Lock, RLock, WLock) that its
+// last attempt's err ends: the bare ErrClosed of an attempt that found the
+// client closed (Close landed between two attempts, or before the first)
+// becomes a failed attempt's, wrapping ErrNotAcquired and ErrClosed, as
+// Close's doc promises; one-shot calls (TryLock) keep the bare ErrClosed.
+func (c *Client) callError(resource string, err error) error {
+	if err == ErrClosed {
+		return c.failed("acquire", resource, ErrNotAcquired, ErrClosed)
+	}
+	return err
 }
 
 // failedWith counts the nodes of qe whose failure is of kind (failureKind):

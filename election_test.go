@@ -150,11 +150,21 @@ func TestProclaimByDeposedLeaderFails(t *testing.T) {
 func TestLeaderReturnsHighestTerm(t *testing.T) {
 	for _, paused := range []int{0, 1} {
 		t.Run("paused node "+string(rune('0'+paused)), func(t *testing.T) {
-			c, servers := cluster(t, 3, redlock.WithTTL(20*time.Second), redlock.WithNodeTimeout(200*time.Millisecond))
+			// The first leader's client waits for its nodes (a generous node
+			// timeout): its fence counter must reach every node, or a node
+			// whose write timed out under load would hold the lock of the
+			// second leader below without a counter while the others have
+			// one, which no grant may trust (docs/fencing.md), and the second
+			// Campaign could not win before the first lease ends (CI, 6
+			// December 2026).
+			c, servers := cluster(t, 3, redlock.WithTTL(20*time.Second), redlock.WithNodeTimeout(5*time.Second))
 			ctx := ctxT(t, 20*time.Second)
 			first, err := c.Campaign(ctx, "db", "first")
 			require.NoError(t, err)
 			key := redlock.LockKey(redlock.DefaultKeyPrefix, "db")
+			for _, s := range servers {
+				awaitKeyOn(t, s, redlock.FenceKey(redlock.DefaultKeyPrefix, "db"))
+			}
 			awaitRecordOn(t, servers[2], key) // the record that node 2 keeps
 			for _, s := range servers[:2] {   // lapsed on nodes 0 and 1, still on node 2
 				_, err := s.Do("DEL", key)
@@ -183,10 +193,16 @@ func TestLeaderReturnsHighestTerm(t *testing.T) {
 // a majority before Campaign returned; the last node may answer later).
 func awaitRecordOn(t *testing.T, s *redistest.Server, key string) {
 	t.Helper()
+	awaitKeyOn(t, s, key+":meta")
+}
+
+// awaitKeyOn waits until s stores key.
+func awaitKeyOn(t *testing.T, s *redistest.Server, key string) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		v, err := s.Do("EXISTS", key+":meta")
+		v, err := s.Do("EXISTS", key)
 		return err == nil && v == int64(1)
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 5*time.Second, 5*time.Millisecond, "%s never reached the node", key)
 }
 
 // Observe sees the initial vacancy, each new leader and each new value,

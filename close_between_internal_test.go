@@ -70,13 +70,12 @@ func TestCloseBetweenAttempts(t *testing.T) {
 		require.NoError(t, err)
 		w := &waiting{c: c, resource: "cb-lock", lc: lc}
 		defer w.stop()
-		got, again, err := w.attempt(ctx) // refused: it queues and listens
+		got, _, err := w.attempt(ctx) // refused: it queues and listens
 		require.Nil(t, got)
 		require.NoError(t, err)
-		_ = again
 		go c.Close()
 		<-c.stop
-		got, again, err = w.attempt(ctx)
+		got, again, err := w.attempt(ctx)
 		require.Nil(t, got)
 		assert.False(t, again, "no attempt after Close")
 		check(t, err)

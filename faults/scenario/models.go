@@ -526,7 +526,7 @@ func (r *ModelRun) acquire(i int, name string) {
 				cancel()
 			}
 			r.record(g)
-			r.hold(h, g)
+			r.hold(h, g, p)
 			return
 		}
 		if r.cfg.Model == Election && errors.Is(err, redlock.ErrLockLost) {
@@ -576,9 +576,10 @@ func (r *ModelRun) record(g *Hold) {
 
 // hold holds h: pinned, until the injector releases it (or, for a leader,
 // until the leadership ends by itself; for the others, until its validity
-// ends); otherwise for up to MaxHold. Then it releases it.
-func (r *ModelRun) hold(h *handle, g *Hold) {
-	p := r.takePin(h, g)
+// ends); otherwise for up to MaxHold. Then it releases it. made is the pin
+// pending when the call that granted it was made (nil: none).
+func (r *ModelRun) hold(h *handle, g *Hold, made *modelPin) {
+	p := r.takePin(h, g, made)
 	var reason string
 	if p != nil {
 		t := time.NewTimer(time.Until(h.until()))
@@ -621,12 +622,16 @@ type takenPin struct {
 	ph  *pinnedHold
 }
 
-// takePin hands g to the pending pin of its name, if g qualifies.
-func (r *ModelRun) takePin(h *handle, g *Hold) *takenPin {
+// takePin hands g to the pending pin of its name, if g qualifies: among
+// others, its call was made for that pin (made), with the pin's lease. A
+// call sent after the block but before the pin was pending has the run's
+// shorter TTL, which a slow fault outlives (CI, 6 December 2026: a
+// restart of 523 ms against a 492 ms lease).
+func (r *ModelRun) takePin(h *handle, g *Hold, made *modelPin) *takenPin {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.pin
-	if p == nil || p.name != g.Name || len(p.got) >= p.want || g.Sent.Before(p.since) || (p.kind != "" && p.kind != g.Kind) {
+	if p == nil || p != made || p.name != g.Name || len(p.got) >= p.want || g.Sent.Before(p.since) || (p.kind != "" && p.kind != g.Kind) {
 		return nil
 	}
 	g.Pinned = p.phase

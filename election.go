@@ -223,7 +223,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 		ld.value = value
 	case errors.Is(err, ErrLockLost):
 		ld.cancel(err)
-		c.lost(ld.name, err)
+		ld.l.reportLost(err)
 	}
 	return err
 }

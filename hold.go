@@ -267,7 +267,7 @@ func (w *leaseWatch) close() {
 // has left (ok true).
 func (w *leaseWatch) left(cancel context.CancelCauseFunc) (left time.Duration, ok bool) {
 	var earliest time.Time
-	var who string
+	var who *Lock
 	for _, l := range w.locks {
 		until, released := l.lease()
 		if released {
@@ -275,15 +275,15 @@ func (w *leaseWatch) left(cancel context.CancelCauseFunc) (left time.Duration, o
 			return 0, false
 		}
 		if earliest.IsZero() || until.Before(earliest) {
-			earliest, who = until, l.resource
+			earliest, who = until, l
 		}
 	}
 	c := w.locks[0].c
 	left = earliest.Add(-w.margin).Sub(c.cfg.clock.Now())
 	if left <= 0 {
-		err := &errLeaseEnded{resource: who}
+		err := &errLeaseEnded{resource: who.resource}
 		cancel(err)
-		c.lost(who, err)
+		who.reportLost(err)
 		return 0, false
 	}
 	return left, true

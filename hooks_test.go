@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,6 +112,29 @@ func TestHooksRenewalFailureAndLoss(t *testing.T) {
 	defer rec.mu.Unlock()
 	assert.GreaterOrEqual(t, rec.renewals, 1)
 	assert.Equal(t, 1, rec.lost, "validity ran out under Do")
+}
+
+// OnLost fires once per lock: a lock whose keys are gone, extended again
+// and again (as a caller's own renewal loop would), is reported lost once,
+// so that a metric of OnLost counts locks, not calls.
+func TestOnLostOncePerLock(t *testing.T) {
+	var lost atomic.Int32
+	c, servers := cluster(t, 1, redlock.WithHooks(redlock.Hooks{OnLost: func(redlock.LostEvent) { lost.Add(1) }}))
+	ctx := ctxT(t, 10*time.Second)
+	l, err := c.Lock(ctx, "lost-once")
+	require.NoError(t, err)
+	other, err := c.Lock(ctx, "lost-other")
+	require.NoError(t, err)
+	for _, k := range servers[0].Keys("*lost-*") {
+		_, err := servers[0].Do("DEL", k)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		require.ErrorIs(t, l.Extend(ctx), redlock.ErrLockLost)
+	}
+	assert.Equal(t, int32(1), lost.Load(), "one lock lost, extended three times")
+	require.ErrorIs(t, other.Extend(ctx), redlock.ErrLockLost)
+	assert.Equal(t, int32(2), lost.Load(), "another lock lost")
 }
 
 // TestNodeReplyHookOnNodeGoroutine: with one node and a context that cannot

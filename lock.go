@@ -35,6 +35,7 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
+	lostTold bool                       // OnLost fired for the lock (reportLost)
 	watchers map[chan struct{}]struct{} // poked whenever until or released changes
 	// undone: the nodes whose acquisition, given up, was undone as it
 	// landed (undoStraggler), once that undo returned; undoWake, if set,
@@ -371,9 +372,23 @@ func (l *Lock) Extend(ctx context.Context) error {
 		h(ExtendEvent{Resource: l.resource, OK: err == nil, Err: err})
 	}
 	if errors.Is(err, ErrLockLost) {
-		c.lost(l.resource, err)
+		l.reportLost(err)
 	}
 	return err
+}
+
+// reportLost fires the OnLost hook for l, once: its renewal's Extend and
+// the lease watch of Do or Lock.Context may both find it lost, and a
+// caller may call Extend again on a lost lock; a metric counting OnLost
+// counts locks lost, not the calls that found it.
+func (l *Lock) reportLost(err error) {
+	l.mu.Lock()
+	told := l.lostTold
+	l.lostTold = true
+	l.mu.Unlock()
+	if !told {
+		l.c.lost(l.resource, err)
+	}
 }
 
 func (l *Lock) extend(ctx context.Context) error {

@@ -492,7 +492,10 @@ func TestElectionMinimalACL(t *testing.T) {
 	_, err := s.Do("ACL", args...)
 	require.NoError(t, err)
 	url := "redis://locker:lock-pw@" + s.Addr()
-	c, err := redlock.Dial([]string{url}, redlock.WithTTL(300*time.Millisecond))
+	// A TTL of 600 ms (renewed every 200 ms): at 300 ms, a stall of about
+	// 165 ms ended the leadership's context (a flake audit, 6 December 2026;
+	// TestDoRenewsAcrossTTLs was moved to 600 ms for the same reason).
+	c, err := redlock.Dial([]string{url}, redlock.WithTTL(600*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close()
 	ctx := ctxT(t, 10*time.Second)
@@ -506,7 +509,7 @@ func TestElectionMinimalACL(t *testing.T) {
 	require.NoError(t, ld.Proclaim(ctx, "v2"))
 	assert.Equal(t, "v2", (<-seen).Value)
 	// Renewed past several TTLs, the record with it.
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(1800 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		require.NoError(t, ld.Context().Err())
 		info, err := c.Leader(ctx, "acl-election")

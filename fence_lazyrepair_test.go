@@ -111,8 +111,18 @@ func TestFenceLazyRepairWaitsForTrustedMajority(t *testing.T) {
 	}
 	yDone := make(chan result, 1)
 	go func() { tok, err := y.Fence(ctx); yDone <- result{tok, err} }()
-	<-ys[0].readRan
-	<-ys[1].readRan
+	for _, i := range []int{0, 1} {
+		// Not a bare receive: a Fence that starts only once Y's 500 ms lease
+		// is over (a stall) reads nothing, and the test would hang until
+		// go test's timeout (a flake audit, 6 December 2026).
+		select {
+		case <-ys[i].readRan:
+		case r := <-yDone:
+			t.Fatalf("Y's Fence returned (%d, %v) before reading node %d: the precondition (Y fencing within its lease) was not met", r.tok, r.err, i)
+		case <-ctx.Done():
+			t.Fatalf("Y's Fence never read node %d", i)
+		}
+	}
 
 	// Y's keys expire at their TTL.
 	for _, i := range []int{0, 1} {

@@ -48,7 +48,12 @@ func TestDoRenewsAcrossTTLs(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Greater(t, refused, 10)
-	l, err := other.TryLock(ctx, "job")
+	// Released at the end: free again well before the TTL. A Lock bounded
+	// to half the TTL, not one TryLock, whose single attempt a node still
+	// landing the release could refuse (as in TestDoPanicReleases).
+	lctx, cancel := context.WithTimeout(ctx, ttl/2)
+	l, err := other.Lock(lctx, "job")
+	cancel()
 	require.NoError(t, err, "Do released at the end")
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, c.Close())
@@ -60,7 +65,20 @@ func TestDoRenewsAcrossTTLs(t *testing.T) {
 func TestDoPausedMajorityEndsContextBeforeLease(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	const ttl = time.Second
-	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond))
+	// The lease counts from the start of the attempt that was granted (the
+	// nodes' keys expire no earlier than ttl after it): under load a first
+	// attempt may fail at the 100 ms node timeout, and the one granted start
+	// later than Do's call (a flake audit, 6 December 2026).
+	var mu sync.Mutex
+	var start time.Time
+	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithTTL(ttl), redlock.WithNodeTimeout(100*time.Millisecond),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+			if e.Acquired {
+				mu.Lock()
+				start = time.Now().Add(-e.Elapsed)
+				mu.Unlock()
+			}
+		}}))
 	require.NoError(t, err)
 	defer c.Close()
 	defer func() {
@@ -68,7 +86,6 @@ func TestDoPausedMajorityEndsContextBeforeLease(t *testing.T) {
 			s.Resume()
 		}
 	}()
-	start := time.Now()
 	var ended time.Time
 	err = c.Do(ctxT(t, 20*time.Second), "paused", func(ctx context.Context) error {
 		servers[0].Pause()
@@ -81,7 +98,10 @@ func TestDoPausedMajorityEndsContextBeforeLease(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrLockLost)
 	require.ErrorIs(t, err, context.Canceled, "fn's error is kept")
 	assert.NotContains(t, err.Error(), "\n", "one line: %q", err.Error())
-	assert.True(t, ended.Before(start.Add(ttl)), "fn's context must end before the lease: ended %v after start", ended.Sub(start))
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, start.IsZero(), "no attempt was granted")
+	assert.True(t, ended.Before(start.Add(ttl)), "fn's context must end before the lease: ended %v after the granted attempt's start", ended.Sub(start))
 }
 
 func TestDoMaxHoldAndErrors(t *testing.T) {
@@ -225,7 +245,11 @@ func TestMultiLock(t *testing.T) {
 	_, err = c.LockMulti(short, []string{"c", "a"})
 	cancel()
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
-	a, err := other.TryLock(ctx, "a")
+	// A Lock bounded to 2 s (the TTL is 10 s), not one TryLock, whose
+	// single attempt a node still landing the release could refuse.
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+	a, err := other.Lock(lctx, "a")
+	lcancel()
 	require.NoError(t, err, "what was taken was released")
 	require.NoError(t, a.Release(ctx))
 	require.NoError(t, held.Release(ctx))

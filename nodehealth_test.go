@@ -129,7 +129,10 @@ func TestHealthFailingNode(t *testing.T) {
 func TestHealthPausedNode(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	events := &healthEvents{}
-	const nodeTimeout = 100 * time.Millisecond
+	// While node 0 is paused, every Release must hear nodes 1 and 2 within
+	// the node timeout: 100 ms was one scheduling stall away from a failed
+	// Release on a loaded 2-core machine (a flake audit, 6 December 2026).
+	const nodeTimeout = 500 * time.Millisecond
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(nodeTimeout),
 		redlock.WithHooks(redlock.Hooks{OnNodeHealth: events.hook}))
 	require.NoError(t, err)

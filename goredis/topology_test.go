@@ -250,10 +250,21 @@ func TestClusterFailover(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	require.Eventually(t, func() bool {
+	var last string
+	if !assert.Eventually(t, func() bool {
 		a, err := acquire(t, control, res, "control")
+		last = fmt.Sprintf("ok=%v err=%v", a.OK, err)
 		return err == nil && a.OK
-	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it")
+	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it") {
+		t.Logf("the control client's last attempt: %s", last)
+		for _, s := range append(append([]*redistest.Server(nil), c.Masters...), c.Replicas...) {
+			nodes, err := redis.NewClient(&redis.Options{Addr: s.Addr()}).Do(context.Background(), "CLUSTER", "NODES").Text()
+			t.Logf("%s CLUSTER NODES (%v):\n%s", s.Addr(), err, nodes)
+			v, err := s.Do("PTTL", "{"+res+"}")
+			t.Logf("%s PTTL %v %v", s.Addr(), v, err)
+		}
+		t.FailNow()
+	}
 	ok, err := control.Release(context.Background(), "{"+res+"}", "control", false)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -171,8 +171,12 @@ func TestSentinel(t *testing.T) {
 func TestQuarantineConformance(t *testing.T) {
 	t.Parallel() // its servers are its own; it mostly waits (failovers, quarantines)
 	s := redistest.Start(t)
-	s.WaitUptime(1100 * time.Millisecond)
+	// A quarantine of 3 s: the suite's restart check makes about 25 calls,
+	// then a TryLock, which must all land while it lasts; 1 s was a loaded
+	// machine's stall away from a grant (a flake audit, 6 December 2026).
+	const d = 3 * time.Second
+	s.WaitUptime(d + 100*time.Millisecond)
 	opt := rd.ClientOption{InitAddress: []string{s.Addr()}}
-	nodetest.Run(t, func(t *testing.T) node.Node { return quarantined(t, time.Second, opt) },
+	nodetest.Run(t, func(t *testing.T) node.Node { return quarantined(t, d, opt) },
 		nodetest.WithRestart(func(t *testing.T) { s.Restart() }))
 }

@@ -15,6 +15,7 @@ import (
 // Close while a Lock call's attempt waits for a paused node (the two others
 // split) returns within about the node timeout.
 func TestCloseDuringSplitAttempt(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	servers := redistest.StartN(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -353,6 +353,7 @@ func observedClient(t *testing.T, ctx context.Context, name string) (a *redlock.
 // loaded machine), and not within 2 s with it out of the test's reach (so it
 // is the resync that saw it).
 func TestObserveResyncSeesALapse(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	const ttl = 600 * time.Millisecond
 	for _, tc := range []struct {
 		name   string

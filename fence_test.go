@@ -65,6 +65,7 @@ func TestFenceBasics(t *testing.T) {
 // Tokens strictly increase over hundreds of grants while minority nodes are
 // killed and restarted with AOF appendfsync always.
 func TestFenceMonotonicAcrossAOFRestarts(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	servers := redistest.StartN(t, 5, "--appendonly", "yes", "--appendfsync", "always")
 	// Killed nodes refuse connections at once: the node timeout only bounds
 	// the live ones, which fsync every write (200 ms was seen to run out on a

@@ -16,6 +16,7 @@ import (
 // someone else for 1.5 s. Every grant is {n0, n2}: it cannot fence, and is
 // given back. How many attempts does one Lock(WithFence) make meanwhile?
 func TestGiveBackBacksOff(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	t.Run("default", func(t *testing.T) { giveBackPace(t) })
 	t.Run("fair", func(t *testing.T) { giveBackPace(t, redlock.WithFair()) })
 }

@@ -190,6 +190,7 @@ func TestHealthPausedNode(t *testing.T) {
 // A node that restarted, with the restart quarantine on, is quarantined until
 // the quarantine ends, then ok.
 func TestHealthQuarantinedNode(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	const quarantine = 2 * time.Second
 	servers := redistest.StartN(t, 3)
 	events := &healthEvents{}

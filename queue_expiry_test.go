@@ -22,6 +22,7 @@ import (
 // L does not listen to (it listens on its waiter channel): the free lock
 // waits for L's backoff timer (uniform up to 40 s here).
 func TestShortLeaseKeepsLongWaiter(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	servers := redistest.StartN(t, 3)
 	h := dialed(t, servers, redlock.WithTTL(30*time.Second))
 	var lAttempts atomic.Int64

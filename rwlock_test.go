@@ -586,6 +586,7 @@ func ExampleClient_RLock() {
 // (a reader that holds on keeps writers out), and its context ends, with a
 // cause matching ErrLockLost, when the read lock is released or lost.
 func TestRWReadKeep(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	c, servers := cluster(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	r, err := c.RLock(ctx, "keep", redlock.WithLockTTL(time.Second))

@@ -18,6 +18,7 @@ import (
 // refuses its old one, so that every node orders it alike: with another node
 // down, the two left still agree on a head, and the free lock is granted.
 func TestFairLostWaiterDoesNotStall(t *testing.T) {
+	t.Parallel() // mostly waits (leases, quarantines, restarts): beside the others that do, once the package's other tests are done
 	servers := redistest.StartN(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()

@@ -12,13 +12,12 @@
 # Order, for 2 cores: every module's test binaries are compiled first, two
 # modules at a time (go test -race -exec true: nothing runs). Then two lanes:
 # the root module (whose tests measure real time the most), then the fault
-# suite, with the adapters (goredis, rueidis) beside it; beside them the
-# simulation (virtual time), then the other modules one after another, the
-# consumer check last (internal/tools: builds a module outside the
-# repository against the working tree's modules). The root module and the
-# fault suite, the two longest after the simulation, never overlap: the
-# fault suite's containers made the root module's timed tests fail (5 of 8
-# three-lane runs, 3 December 2026).
+# suite; beside them the simulation (virtual time), then the other modules
+# one after another, the consumer check last (internal/tools: builds a module
+# outside the repository against the working tree's modules). The root module
+# and the fault suite, the two longest after the simulation, never overlap:
+# the fault suite's containers made the root module's timed tests fail (5 of
+# 8 three-lane runs, 3 December 2026).
 # REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
@@ -41,16 +40,15 @@ cd "$(dirname "$0")"
 export GOFLAGS="-trimpath${GOFLAGS:+ $GOFLAGS}"
 
 first="."                                                                    # lane 1: the root module, then
-alone="faults"                                                # the fault suite, and beside it
-adapters="goredis rueidis"                                    # lane 3: the adapters
-untimed="sim"                                                 # lane 2: the simulation, then
-rest="cmd/redlock metrics metrics/otel bench internal/tools" # the other modules
+alone="faults"                                                               # the fault suite
+untimed="sim"                                                                # lane 2: the simulation, then
+rest="cmd/redlock goredis rueidis metrics metrics/otel bench internal/tools" # the other modules
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do
-		case " $first $alone $adapters $untimed $rest " in
+		case " $first $alone $untimed $rest " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory ($first $alone $adapters $untimed $rest)" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($first $alone $untimed $rest)" >&2; exit 2 ;;
 		esac
 	done
 	only() {
@@ -60,7 +58,6 @@ if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	}
 	first=$(only "$first" "$@")
 	alone=$(only "$alone" "$@")
-	adapters=$(only "$adapters" "$@")
 	untimed=$(only "$untimed" "$@")
 	rest=$(only "$rest" "$@")
 fi
@@ -141,7 +138,7 @@ go version
 start=$SECONDS
 # Two lanes of compilation: every other module in each.
 warmed=0
-for m in $first $untimed $adapters $rest $alone; do
+for m in $first $untimed $rest $alone; do
 	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
 	warmed=$((warmed + 1))
 done
@@ -151,23 +148,20 @@ wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane $first $untimed $adapters $rest
+	lane $first $untimed $rest
 	lane $alone
 else
 	# The fault suite's clusters run one at a time
 	# (faults/harness/hostlock.go), after the root module, beside the end of
-	# the simulation and the other modules, which are short, and beside the
-	# adapters' tests, which mostly wait (quarantines, failovers, clusters
-	# forming: about 75 s at 12 CPU-s) and so start once the root module's
-	# timed tests are done. The long pole is the root module and then the
-	# fault suite (about 115-140 s + 185 s on the AMD machines); the
-	# simulation and the rest take about 180-220 s + 65 s beside them.
+	# the simulation and the other modules, which mostly wait (the
+	# adapters' quarantines and failovers) or are short. The long pole is
+	# the root module and then the fault suite (about 150 s + 220 s); the
+	# simulation and the rest take about 200 s + 150 s beside them.
 	(
 		lane $untimed
 		lane $rest
 	) &
 	lane $first
-	lane $adapters &
 	lane $alone
 	wait
 fi

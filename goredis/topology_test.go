@@ -258,7 +258,9 @@ func TestClusterFailover(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it") {
 		t.Logf("the control client's last attempt: %s", last)
 		for _, s := range append(append([]*redistest.Server(nil), c.Masters...), c.Replicas...) {
-			nodes, err := redis.NewClient(&redis.Options{Addr: s.Addr()}).Do(context.Background(), "CLUSTER", "NODES").Text()
+			rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+			nodes, err := rc.Do(context.Background(), "CLUSTER", "NODES").Text()
+			_ = rc.Close()
 			t.Logf("%s CLUSTER NODES (%v):\n%s", s.Addr(), err, nodes)
 			v, err := s.Do("PTTL", "{"+res+"}")
 			t.Logf("%s PTTL %v %v", s.Addr(), v, err)

@@ -180,34 +180,11 @@ func rwLoop[T any](ctx context.Context, c *Client, resource string, lc lockConfi
 			rw = c.watchKey(ctx, c.lockKey(resource))
 			continue
 		}
-		if err := c.rwWait(ctx, rw, fenceGivenBack(err), backoff(lc.retryMin, retryMax, attempt)); err != nil {
+		if _, err := c.awaitRetry(ctx, rw, nil, fenceGivenBack(err), backoff(lc.retryMin, retryMax, attempt)); err != nil {
 			qe.Cause = err
 			return fail(qe)
 		}
 	}
-}
-
-// rwWait waits, between two attempts of rwLoop, for a release notification
-// (rw, if not nil) or the backoff; it returns the error that ends the call
-// (ctx ended, or the client closed). After a grant given back (gaveBack) it
-// waits for the backoff only: its own give-back's releases would wake it at
-// once (waiting.wait).
-func (c *Client) rwWait(ctx context.Context, rw *releaseWatch, gaveBack bool, backoff time.Duration) error {
-	watch := rw
-	if gaveBack {
-		watch = nil
-	}
-	woken, err := waitRetry(ctx, watch, nil, c.stop, backoff)
-	if gaveBack && rw != nil {
-		rw.forget()
-	}
-	if err != nil {
-		return err
-	}
-	if woken == wokeRemote {
-		rw.gather(ctx, gatherMax)
-	}
-	return nil
 }
 
 // leaveWrite removes the mark that the waiting writer (its id) may have

@@ -442,19 +442,7 @@ func (w *waiting) yieldPlace() {
 // backoff after attempt; it returns the error that ends the call (ctx ended,
 // or the client closed).
 func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) error {
-	rw := w.rw
-	if w.gaveBack {
-		// The give-back's own releases notify (this call, as the head, or
-		// anyone listening on the lock key) and poke this client's queue:
-		// woken by them, the call would try again at once, and be granted
-		// and give back again and again while the grants miss the nodes
-		// with the counter. It backs off instead, and forgets them.
-		rw, local = nil, nil
-	}
-	woken, err := waitRetry(ctx, rw, local, w.c.stop, w.p.backoff(w.lc, attempt))
-	if w.gaveBack && w.rw != nil {
-		w.rw.forget()
-	}
+	woken, err := w.c.awaitRetry(ctx, w.rw, local, w.gaveBack, w.p.backoff(w.lc, attempt))
 	if err != nil {
 		if w.last == nil {
 			return w.c.failed("acquire", w.resource, ErrNotAcquired, err)
@@ -462,13 +450,34 @@ func (w *waiting) wait(ctx context.Context, local <-chan struct{}, attempt int) 
 		w.last.Cause = err
 		return w.last
 	}
-	if woken == wokeRemote {
-		w.rw.gather(ctx, gatherMax)
-	}
 	if woken != wokeTimer {
 		w.c.log(ctx, slog.LevelDebug, "waiter woken by a release", w.c.lockKey(w.resource), "")
 	}
 	return nil
+}
+
+// awaitRetry waits, between two attempts of a waiting call (Lock, RLock,
+// WLock), for a release notification from the nodes (rw, if not nil) or from
+// this client (local, if not nil), the backoff, ctx or Close; after a
+// notification from the nodes it gathers the others (gather). After a grant
+// given back (gaveBack) it waits for the backoff only, and forgets the
+// notifications: the give-back's own releases notify (this call, as the
+// head, or anyone listening on the lock key) and poke this client's queue;
+// woken by them, the call would try again at once, and be granted and give
+// back again and again while the grants miss the nodes with the counter.
+func (c *Client) awaitRetry(ctx context.Context, rw *releaseWatch, local <-chan struct{}, gaveBack bool, backoff time.Duration) (wake, error) {
+	watch := rw
+	if gaveBack {
+		watch, local = nil, nil
+	}
+	woken, err := waitRetry(ctx, watch, local, c.stop, backoff)
+	if gaveBack && rw != nil {
+		rw.forget()
+	}
+	if err == nil && woken == wokeRemote {
+		rw.gather(ctx, gatherMax)
+	}
+	return woken, err
 }
 
 // stop ends the watch.

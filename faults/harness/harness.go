@@ -53,6 +53,7 @@ type config struct {
 	clock        bool
 	args         []string
 	readyTimeout time.Duration
+	reuse        bool
 }
 
 // WithAOF turns on the append-only file with appendfsync always
@@ -90,6 +91,8 @@ type Cluster struct {
 	dir     string
 	network *docker.Network
 	nodes   []*Node
+	key     string // WithReuse: the key of kept clusters it may stand for
+	release func() // gives back the host lock
 }
 
 // Start builds the Redis image if needed, creates a Docker network and n
@@ -126,18 +129,25 @@ func Start(tb testing.TB, n int, opts ...Option) *Cluster {
 		tb.Fatalf("harness.Start: %v", err)
 	}
 
+	key := cfg.key(n)
+	if cfg.reuse {
+		if c := takeKept(key); c != nil {
+			c.tb = tb
+			tb.Cleanup(c.cleanup)
+			return c
+		}
+	}
+
 	release, err := acquireHost()
 	if err != nil {
 		tb.Fatalf("harness.Start: %v", err)
 	}
-	tb.Cleanup(release) // registered first, so it runs after the cluster's cleanup
-
-	c := &Cluster{tb: tb, pool: pool, cfg: cfg, id: randomHex(4), image: image}
+	c := &Cluster{tb: tb, pool: pool, cfg: cfg, id: randomHex(4), image: image, key: key, release: release}
+	tb.Cleanup(c.cleanup)
 	c.dir, err = os.MkdirTemp("", "redlock-harness-"+c.id+"-")
 	if err != nil {
 		tb.Fatalf("harness.Start: %v", err)
 	}
-	tb.Cleanup(c.cleanup)
 
 	c.network, err = pool.Client.CreateNetwork(docker.CreateNetworkOptions{
 		Name:   "redlock-test-" + c.id,
@@ -224,19 +234,34 @@ func (c *Cluster) ProxyAddrs() []string {
 	return out
 }
 
-// cleanup logs the containers' output if the test failed, closes the
-// proxies, removes the containers (paused or not) and the network, and
-// deletes the host directories.
+// cleanup logs the containers' output if the test failed; it then keeps the
+// cluster for reuse (WithReuse, the test passed) or removes it.
 func (c *Cluster) cleanup() {
+	if c.tb.Failed() {
+		for _, n := range c.nodes {
+			if n != nil && n.id != "" {
+				c.tb.Logf("logs of %s (%s):\n%s", n.name, n.Addr(), n.logs(40))
+			}
+		}
+	}
+	var err error
+	if c.cfg.reuse && !c.tb.Failed() && c.network != nil {
+		err = c.keep()
+	} else {
+		err = c.remove()
+	}
+	if err != nil {
+		c.tb.Errorf("harness cleanup: %v", err)
+	}
+}
+
+// remove closes the proxies, removes the containers (paused or not) and the
+// network, deletes the host directories and gives back the host lock.
+func (c *Cluster) remove() error {
+	defer c.release()
 	var errs []error
 	for _, n := range c.nodes {
-		if n == nil {
-			continue
-		}
-		if n.id != "" && c.tb.Failed() {
-			c.tb.Logf("logs of %s (%s):\n%s", n.name, n.Addr(), n.logs(40))
-		}
-		if n.proxy != nil {
+		if n != nil && n.proxy != nil {
 			if err := n.proxy.close(); err != nil && !errors.Is(err, os.ErrClosed) {
 				errs = append(errs, fmt.Errorf("close proxy of %s: %w", n.name, err))
 			}
@@ -268,9 +293,7 @@ func (c *Cluster) cleanup() {
 			errs = append(errs, err)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		c.tb.Errorf("harness cleanup: %v", err)
-	}
+	return errors.Join(errs...)
 }
 
 // nodeDir returns (creating it) a per-node host directory under the

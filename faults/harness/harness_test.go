@@ -91,7 +91,7 @@ func TestStartSetGet(t *testing.T) {
 }
 
 func TestKillStartLosesDataWithoutAOF(t *testing.T) {
-	n := harness.Start(t, 1).Node(0)
+	n := harness.Start(t, 1, harness.WithReuse()).Node(0)
 	before, proxyBefore := n.Addr(), n.ProxyAddr()
 
 	_, err := dial(t, n.Addr()).Do("SET", "k", "v")
@@ -140,7 +140,7 @@ func TestAOFSurvivesKillAndRestart(t *testing.T) {
 }
 
 func TestStopStartRestart(t *testing.T) {
-	n := harness.Start(t, 1).Node(0)
+	n := harness.Start(t, 1, harness.WithReuse()).Node(0)
 	addr := n.Addr()
 
 	start := time.Now()
@@ -158,7 +158,7 @@ func TestStopStartRestart(t *testing.T) {
 }
 
 func TestPauseUnpause(t *testing.T) {
-	n := harness.Start(t, 1).Node(0)
+	n := harness.Start(t, 1, harness.WithReuse()).Node(0)
 	// Answers are awaited with ioTimeout, however loaded the machine; only
 	// the checks that expect no answer use a short timeout.
 	require.NoError(t, pingErr(n.Addr(), ioTimeout))
@@ -183,7 +183,7 @@ func TestPauseUnpause(t *testing.T) {
 }
 
 func TestDisconnectReconnect(t *testing.T) {
-	n := harness.Start(t, 1).Node(0)
+	n := harness.Start(t, 1, harness.WithReuse()).Node(0)
 	before := n.Addr()
 	open := dial(t, before)
 	_, err := open.Do("SET", "k", "kept")
@@ -237,7 +237,7 @@ func TestClockOffset(t *testing.T) {
 }
 
 func TestLatencyProxy(t *testing.T) {
-	n := harness.Start(t, 1).Node(0)
+	n := harness.Start(t, 1, harness.WithReuse()).Node(0)
 	conn := dial(t, n.ProxyAddr())
 	timed := func() time.Duration {
 		t.Helper()

@@ -18,7 +18,7 @@ import (
 // open connections are closed at once and new ones are closed on accept, and
 // the node is reachable again once Start or Reconnect returns.
 func TestProxyForwardsPastDockerProxy(t *testing.T) {
-	n := Start(t, 1).Node(0)
+	n := Start(t, 1, WithReuse()).Node(0)
 	up := n.upstream()
 	if os.Getenv(viaPortEnv) == "1" {
 		require.Equal(t, n.Addr(), up)

@@ -42,14 +42,14 @@ func withBad(c *harness.Cluster, bad string) []string {
 // TestFaultHungConnect: one node of three never completes a TCP connect
 // (full backlog: SYNs dropped).
 func TestFaultHungConnect(t *testing.T) {
-	c := harness.Start(t, 2)
+	c := harness.Start(t, 2, harness.WithReuse())
 	badNodeRun(t, "hung-connect", withBad(c, harness.HungConnect(t).URL()), nil)
 }
 
 // TestFaultTLSStall: one node of three accepts TCP but never answers the TLS
 // handshake.
 func TestFaultTLSStall(t *testing.T) {
-	c := harness.Start(t, 2)
+	c := harness.Start(t, 2, harness.WithReuse())
 	badNodeRun(t, "tls-stall", withBad(c, "rediss://"+harness.Stall(t).Addr()), nil)
 }
 
@@ -57,7 +57,7 @@ func TestFaultTLSStall(t *testing.T) {
 // whose length does not fit in memory, or no number at all. The process must
 // survive.
 func TestFaultGarbageReply(t *testing.T) {
-	c := harness.Start(t, 2)
+	c := harness.Start(t, 2, harness.WithReuse())
 	bad := harness.Garbage(t, "$9223372036854775807\r\n", "$99999999999999999999\r\n", "*3000000000\r\n", "+OK\r\n", "$-7\r\n", ":x\r\n")
 	badNodeRun(t, "garbage-reply", withBad(c, bad.URL()), nil)
 }
@@ -65,7 +65,7 @@ func TestFaultGarbageReply(t *testing.T) {
 // TestFaultACLDeniedSubscribe: every node refuses SUBSCRIBE to the clients'
 // user. Waiters fall back to polling; the clients must not reconnect in a loop.
 func TestFaultACLDeniedSubscribe(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	var urls []string
 	received := func() (total int) {
 		for _, n := range c.Nodes() {

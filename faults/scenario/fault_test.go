@@ -73,7 +73,7 @@ func constructedGrants(t *testing.T, built *scenario.Constructed) (a, b *scenari
 // starts it again, empty, only once the longest TTL has passed since the kill:
 // the delayed restart of docs/safety.md (P5), done by the operator.
 func TestFaultKill(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	play(t, scenario.Config{Name: "kill", Preconditions: scenario.Held, Cluster: c, TTL: shortTTL}, nil,
 		func(i int, victim, _ *harness.Node) scenario.Round {
 			var killed time.Time
@@ -95,7 +95,7 @@ func TestFaultKill(t *testing.T) {
 // minority, in even rounds, and both nodes of its majority, a majority of the
 // cluster, in odd rounds; they are unpaused after the holder's lease.
 func TestFaultPause(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	play(t, scenario.Config{Name: "pause", Preconditions: scenario.Held, Cluster: c, TTL: shortTTL}, nil,
 		func(i int, victim, blocker *harness.Node) scenario.Round {
 			paused := []*harness.Node{victim}
@@ -128,7 +128,7 @@ func TestFaultPause(t *testing.T) {
 // TestFaultPartition disconnects one node of the holder's majority from the
 // network while it holds, and reconnects it after the lease.
 func TestFaultPartition(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	play(t, scenario.Config{Name: "partition", Preconditions: scenario.Held, Cluster: c, TTL: shortTTL}, nil,
 		func(i int, victim, _ *harness.Node) scenario.Round {
 			return scenario.Round{
@@ -161,7 +161,7 @@ func restartAtOnce(i int, victim *harness.Node, clean bool) scenario.Round {
 // while it holds, with the append-only file and appendfsync always: the node
 // comes back with the holder's key.
 func TestFaultRestartAOF(t *testing.T) {
-	c := harness.Start(t, 3, harness.WithAOF())
+	c := harness.Start(t, 3, harness.WithAOF(), harness.WithReuse())
 	play(t, scenario.Config{Name: "restart-aof", Preconditions: scenario.Held, Cluster: c, TTL: restartTTL}, nil,
 		func(i int, victim, _ *harness.Node) scenario.Round { return restartAtOnce(i, victim, true) })
 }
@@ -171,7 +171,7 @@ func TestFaultRestartAOF(t *testing.T) {
 // node.WithRestartQuarantine(TTL) keeps a node that restarted less than a TTL
 // ago out of acquisitions.
 func TestFaultRestartEmptyDelayed(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	// Fresh nodes are quarantined too (the clients cannot know what they
 	// held): let them age past the quarantine, whose uptime reading is
 	// conservative by a second, so that the rounds' restarts are what it
@@ -201,7 +201,7 @@ func TestFaultRestartEmptyDelayed(t *testing.T) {
 // breakers are off: with them, a client whose calls failed while the node
 // was down keeps away from it until a probe sees it answer.
 func TestFaultRestartEmptyImmediate(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	victim := c.Node(1)
 	_, built := play(t, scenario.Config{Name: "restart-empty-immediate", Preconditions: scenario.Broken, Cluster: c, TTL: restartTTL,
 		ClientOptions: []redlock.Option{redlock.WithBreaker(0)}},
@@ -236,7 +236,7 @@ func TestFaultRestartEmptyImmediate(t *testing.T) {
 // under a pinned holder, as a soak of fencing; their overlaps are reported,
 // not required.
 func TestFaultClockJump(t *testing.T) {
-	c := harness.Start(t, 3, harness.WithClockJumps())
+	c := harness.Start(t, 3, harness.WithClockJumps(), harness.WithReuse())
 	offsets := make([]time.Duration, 3)
 	jump := scenario.DefaultCounterexampleLease + time.Second
 	_, built := play(t, scenario.Config{Name: "clock-jump", Preconditions: scenario.Broken, Cluster: c, TTL: shortTTL},
@@ -266,7 +266,7 @@ func TestFaultClockJump(t *testing.T) {
 // 300ms each way on one node of the holder's majority, so that its calls
 // exceed the 500ms node timeout and their SETs land late.
 func TestFaultSlow(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	cfg := scenario.Config{Name: "slow", Preconditions: scenario.Held, Cluster: c, TTL: shortTTL}
 	run := scenario.Start(t, cfg)
 	for _, slow := range [][]int{{2}, {1, 2}} {
@@ -306,7 +306,7 @@ func TestFaultSlow(t *testing.T) {
 // the victim forget the holder's key cannot be constructed, and says so with
 // the steps it took, instead of passing, or failing, by chance.
 func TestCounterexampleFailsLoudly(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	run := scenario.Start(t, scenario.Config{Name: "counterexample-no-fault", Preconditions: scenario.Held, Cluster: c,
 		TTL: shortTTL, Acquisitions: 50})
 	built, err := run.Counterexample(scenario.Counterexample{Victim: 1, Blocker: 2, What: "nothing",

@@ -61,7 +61,7 @@ const modelAttempts = 3
 // playModel starts a cluster of three nodes with AOF, runs cfg's workload
 // on it through the phases and finishes it. A run in which this host's
 // wall clock stepped and every violation came after the step broke P2 on
-// every node at once and proves nothing: it is run again on a new
+// every node at once and proves nothing: it is run again on a reset
 // cluster, up to modelAttempts runs, and the test is skipped, naming P2,
 // only if every run saw a step. A violation without a step, or one that
 // began before it, fails the test.
@@ -71,7 +71,7 @@ func playModel(t *testing.T, cfg scenario.ModelConfig) {
 		var stepped bool
 		t.Run(fmt.Sprintf("run%d", attempt), func(t *testing.T) {
 			cfg := cfg
-			cfg.Cluster = harness.Start(t, 3, harness.WithAOF())
+			cfg.Cluster = harness.Start(t, 3, harness.WithAOF(), harness.WithReuse())
 			run := scenario.StartModel(t, cfg)
 			for _, ph := range modelPhases(cfg.Cluster, cfg.Model) {
 				if err := run.Phase(ph); err != nil {
@@ -135,7 +135,7 @@ func TestFaultRWLock(t *testing.T) {
 // The no-fault subtests check that a construction whose fault does not
 // wipe the victim fails, saying what it saw.
 func TestFaultModelsRestartEmpty(t *testing.T) {
-	c := harness.Start(t, 3)
+	c := harness.Start(t, 3, harness.WithReuse())
 	for _, m := range []scenario.Model{scenario.Election, scenario.Semaphore, scenario.RWLock} {
 		t.Run(string(m)+"/no-fault", func(t *testing.T) {
 			out, err := scenario.ModelCounterexample{Model: m, Cluster: c, Resource: fmt.Sprintf("cx-%s-nofault", m),

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -133,17 +134,42 @@ func TestHealthPausedNode(t *testing.T) {
 	// the node timeout: 100 ms was one scheduling stall away from a failed
 	// Release on a loaded 2-core machine (a flake audit, 6 December 2026).
 	const nodeTimeout = 500 * time.Millisecond
+	// The replies of node 0 (the paused one), for the message of a failure.
+	var (
+		repliesMu sync.Mutex
+		replies   []string
+		paused    string // node 0's name
+	)
+	onReply := func(e redlock.NodeReplyEvent) {
+		repliesMu.Lock()
+		defer repliesMu.Unlock()
+		if e.Node != paused {
+			return
+		}
+		replies = append(replies, fmt.Sprintf("%s ok=%t err=%v after %v", e.Op, e.OK, e.Err, e.Latency))
+		if len(replies) > 30 {
+			replies = replies[1:]
+		}
+	}
 	c, err := redlock.Dial(redistest.URLs(servers), redlock.WithNodeTimeout(nodeTimeout),
-		redlock.WithHooks(redlock.Hooks{OnNodeHealth: events.hook}))
+		redlock.WithHooks(redlock.Hooks{OnNodeHealth: events.hook, OnNodeReply: onReply}))
 	require.NoError(t, err)
 	defer c.Close()
 	lockRelease(t, c, "paused")
 	name := c.Health()[0].Node
+	repliesMu.Lock()
+	paused = name
+	repliesMu.Unlock()
 	servers[0].Pause()
-	require.Eventually(t, func() bool {
+	for deadline := time.Now().Add(10 * time.Second); c.Health()[0].State != redlock.NodeBreakerOpen; {
+		if time.Now().After(deadline) {
+			repliesMu.Lock()
+			defer repliesMu.Unlock()
+			require.Failf(t, "the breaker of the paused node did not open in 10 s",
+				"health %+v\nevents %+v\nits last replies:\n%s", c.Health()[0], events.of(name), strings.Join(replies, "\n"))
+		}
 		lockRelease(t, c, "paused")
-		return c.Health()[0].State == redlock.NodeBreakerOpen
-	}, 10*time.Second, time.Millisecond)
+	}
 	h := c.Health()[0]
 	assert.Equal(t, redlock.KindTimeout, h.LastErrorKind)
 	assert.False(t, h.FailingSince.IsZero())

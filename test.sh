@@ -158,8 +158,8 @@ else
 	# the root module and then the fault suite (about 150 s + 220 s); the
 	# simulation and the rest take about 200 s + 150 s beside them.
 	(
-		lane $untimed
 		lane $rest
+		lane $untimed
 	) &
 	lane $first
 	lane $alone

@@ -12,12 +12,16 @@
 # Order, for 2 cores: every module's test binaries are compiled first, two
 # modules at a time (go test -race -exec true: nothing runs). Then two lanes:
 # the root module (whose tests measure real time the most), then the fault
-# suite; beside them the simulation (virtual time), then the other modules
-# one after another, the consumer check last (internal/tools: builds a module
-# outside the repository against the working tree's modules). The root module
-# and the fault suite, the two longest after the simulation, never overlap:
-# the fault suite's containers made the root module's timed tests fail (5 of
-# 8 three-lane runs, 3 December 2026).
+# suite; beside them, first the modules whose tests mostly wait (the
+# command's, the adapters': quarantines, clusters and failovers, at a few
+# CPU-seconds each) side by side, then the other short modules one after
+# another, the consumer check last (internal/tools: builds a module outside
+# the repository against the working tree's modules), then the simulation
+# (virtual time, CPU-bound), beside the fault suite, whose containers leave
+# the CPU idle while they wait. The root module and the fault suite, the two
+# longest after the simulation, never overlap: the fault suite's containers
+# made the root module's timed tests fail (5 of 8 three-lane runs, 3
+# December 2026).
 # REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test
@@ -39,16 +43,17 @@ cd "$(dirname "$0")"
 # github.com/redlock-go/redlock/lock.go:12, not /path/to/clone/lock.go:12.
 export GOFLAGS="-trimpath${GOFLAGS:+ $GOFLAGS}"
 
-first="."                                                                    # lane 1: the root module, then
-alone="faults"                                                               # the fault suite
-untimed="sim"                                                                # lane 2: the simulation, then
-rest="cmd/redlock goredis rueidis metrics metrics/otel bench internal/tools" # the other modules
+first="."                                      # lane 1: the root module, then
+alone="faults"                                 # the fault suite
+waiting="cmd/redlock goredis rueidis"          # lane 2: these side by side, then
+rest="metrics metrics/otel bench internal/tools" # these, then
+untimed="sim"                                  # the simulation
 
 if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	for a in "$@"; do
-		case " $first $alone $untimed $rest " in
+		case " $first $alone $waiting $rest $untimed " in
 		*" ${a%/} "*) ;;
-		*) echo "test.sh: $a is not a module directory ($first $alone $untimed $rest)" >&2; exit 2 ;;
+		*) echo "test.sh: $a is not a module directory ($first $alone $waiting $rest $untimed)" >&2; exit 2 ;;
 		esac
 	done
 	only() {
@@ -58,8 +63,9 @@ if [ $# -gt 0 ]; then # keep only the modules named, in this script's order
 	}
 	first=$(only "$first" "$@")
 	alone=$(only "$alone" "$@")
-	untimed=$(only "$untimed" "$@")
+	waiting=$(only "$waiting" "$@")
 	rest=$(only "$rest" "$@")
+	untimed=$(only "$untimed" "$@")
 fi
 
 logs=$(mktemp -d)
@@ -138,7 +144,7 @@ go version
 start=$SECONDS
 # Two lanes of compilation: every other module in each.
 warmed=0
-for m in $first $untimed $rest $alone; do
+for m in $first $untimed $waiting $rest $alone; do
 	if [ $((warmed % 2)) = 0 ]; then evens="${evens:-} $m"; else odds="${odds:-} $m"; fi
 	warmed=$((warmed + 1))
 done
@@ -148,16 +154,18 @@ wait
 echo "=== compiled every module's tests in $((SECONDS - start))s"
 
 if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
-	lane $first $untimed $rest
+	lane $first $waiting $rest $untimed
 	lane $alone
 else
 	# The fault suite's clusters run one at a time
-	# (faults/harness/hostlock.go), after the root module, beside the end of
-	# the simulation and the other modules, which mostly wait (the
-	# adapters' quarantines and failovers) or are short. The long pole is
-	# the root module and then the fault suite (about 150 s + 220 s); the
-	# simulation and the rest take about 200 s + 150 s beside them.
+	# (faults/harness/hostlock.go), after the root module. The long poles
+	# are the root module then the fault suite (about 130 s + 200 s on an
+	# AMD EPYC machine), and beside them the waiting modules (about 50 s
+	# side by side), the short ones (about 50 s) and the simulation (about
+	# 220 s: 260 CPU-s, beside the fault suite).
 	(
+		for m in $waiting; do run "$m" & done
+		wait
 		lane $rest
 		lane $untimed
 	) &

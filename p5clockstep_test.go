@@ -24,7 +24,9 @@ import (
 // (node clocks do not jump forward) is the timeline's premise, and
 // wallClockWatch, by which TestQuarantineP5Timeline tells such a run from a
 // second holder, sees every step that let B in. It needs gcc; -short skips
-// it (about 12 s).
+// it (about 12 s of waiting; the two steps and the package's other waiting
+// tests run side by side: the servers get the library through their own
+// environment, not the test binary's).
 func TestP5WallClockStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("12 s of real-time steps")
@@ -33,6 +35,7 @@ func TestP5WallClockStep(t *testing.T) {
 	if err != nil {
 		t.Skip("needs gcc to build faults/harness/faketime.c")
 	}
+	t.Parallel()
 	const (
 		ttl        = 2 * time.Second
 		quarantine = 3 * time.Second
@@ -41,18 +44,19 @@ func TestP5WallClockStep(t *testing.T) {
 	so := filepath.Join(dir, "faketime-offset.so")
 	out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", so, filepath.Join("faults", "harness", "faketime.c")).CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	offset := filepath.Join(dir, "offset")
-	require.NoError(t, os.WriteFile(offset, []byte("0"), 0o644))
-	t.Setenv("LD_PRELOAD", so) // the redis-servers started below inherit both
-	t.Setenv("REDLOCK_CLOCK_OFFSET_FILE", offset)
 
 	// Two steps in the default mode (about 6 s each: the uptime the
 	// quarantine needs first, then a TTL): none, and one that lets B in.
 	// The adversary's run also had 0.5 s and 5 s, and fair mode: the same.
 	for _, step := range []time.Duration{0, 1500 * time.Millisecond} {
 		t.Run(fmt.Sprintf("step=%v", step), func(t *testing.T) {
+			t.Parallel()
+			offset := filepath.Join(t.TempDir(), "offset")
 			require.NoError(t, os.WriteFile(offset, []byte("0"), 0o644))
-			p := startP5(t, false, ttl, quarantine)
+			// Every redis-server of this subtest runs under the library, reading
+			// this subtest's offset file.
+			env := []string{"LD_PRELOAD=" + so, "REDLOCK_CLOCK_OFFSET_FILE=" + offset}
+			p := startP5(t, false, ttl, quarantine, env...)
 			servers, held, ctx, key := p.servers, p.held, p.ctx, p.key
 			p.restartN2(t)
 			require.NoError(t, os.WriteFile(offset, []byte(fmt.Sprint(step.Milliseconds())), 0o644))

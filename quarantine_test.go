@@ -122,10 +122,13 @@ type p5 struct {
 // startP5 starts the P5 timeline: servers whose uptime exceeds the
 // quarantine (and the second by which Redis rounds it), so that only the
 // restart quarantines n2; n3 held by someone else; A's lock on n1 and n2,
-// with WithFair if fair.
-func startP5(t *testing.T, fair bool, ttl, quarantine time.Duration) *p5 {
+// with WithFair if fair. The servers get env added to their environment.
+func startP5(t *testing.T, fair bool, ttl, quarantine time.Duration, env ...string) *p5 {
 	t.Helper()
-	p := &p5{servers: redistest.StartN(t, 3), key: redlock.LockKey(redlock.DefaultKeyPrefix, p5Resource)}
+	p := &p5{key: redlock.LockKey(redlock.DefaultKeyPrefix, p5Resource)}
+	for range 3 {
+		p.servers = append(p.servers, redistest.StartEnv(t, env))
+	}
 	for _, s := range p.servers {
 		s.WaitUptime(quarantine + time.Second)
 	}

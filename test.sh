@@ -93,10 +93,14 @@ warm() {
 # flags prints module $1's own go test flags: the adapters' tests mostly
 # wait (quarantines, clusters forming), each on servers of its own, and run
 # side by side beyond GOMAXPROCS (2 here) at little CPU; their failover
-# tests do not ask to (t.Parallel) and run alone first.
+# tests do not ask to (t.Parallel) and run alone first. The root module's
+# parallel tests (t.Parallel) are those that mostly wait too (leases,
+# quarantines, restarts, uptimes: about 60 s of waiting at a few CPU-s),
+# four at a time.
 flags() {
 	case $1 in
 	goredis | rueidis) echo "-parallel 8" ;;
+	.) echo "-parallel 4" ;;
 	esac
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ type Process struct {
 	port int
 	dir  string
 	args []string
+	env  []string // added to this process' environment
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -35,11 +37,19 @@ type Process struct {
 // (redis-server options such as "--appendonly", "yes"), and waits until it
 // accepts connections. On Linux the process is killed if the caller dies.
 func Launch(bin, dir string, args ...string) (*Process, error) {
+	return LaunchEnv(bin, dir, nil, args...)
+}
+
+// LaunchEnv is Launch with env ("KEY=value" entries) added to the
+// environment redis-server inherits, for this process and its restarts: for
+// example an LD_PRELOAD library, without changing the test binary's own
+// environment (t.Setenv), so that tests that need one may run in parallel.
+func LaunchEnv(bin, dir string, env []string, args ...string) (*Process, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	p := &Process{bin: path, dir: dir, args: args}
+	p := &Process{bin: path, dir: dir, args: args, env: env}
 	for try := 0; try < 5; try++ {
 		if p.port, err = freePort(); err != nil {
 			continue
@@ -68,6 +78,9 @@ func (p *Process) start() error {
 		"--loglevel", "notice",
 	}, p.args...)
 	cmd := exec.Command(p.bin, args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	setDeathSignal(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -50,7 +50,14 @@ func Binary(tb testing.TB) string {
 // server is killed when the test ends.
 func Start(tb testing.TB, extraArgs ...string) *Server {
 	tb.Helper()
-	p, err := Launch(Binary(tb), tb.TempDir(), extraArgs...)
+	return StartEnv(tb, nil, extraArgs...)
+}
+
+// StartEnv is Start with env ("KEY=value" entries) added to the server's
+// environment (see LaunchEnv).
+func StartEnv(tb testing.TB, env []string, extraArgs ...string) *Server {
+	tb.Helper()
+	p, err := LaunchEnv(Binary(tb), tb.TempDir(), env, extraArgs...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -267,7 +267,7 @@ func (r *Run) acquire(i int, c *redlock.Client, name string) (*redlock.Lock, *Gr
 		if errors.Is(err, redlock.ErrClosed) || time.Now().After(deadline) {
 			return nil, nil
 		}
-		if !r.sleep(time.Duration(500+mrand.IntN(2500)) * time.Microsecond) {
+		if !r.sleep(time.Duration(2000+mrand.IntN(6000)) * time.Microsecond) {
 			return nil, nil
 		}
 	}

@@ -138,9 +138,15 @@ func Start(tb testing.TB, n int, opts ...Option) *Cluster {
 		}
 	}
 
-	release, err := acquireHost()
+	release, first, err := acquireHost()
 	if err != nil {
 		tb.Fatalf("harness.Start: %v", err)
+	}
+	if first {
+		if err := removeLeftovers(pool.Client); err != nil {
+			release()
+			tb.Fatalf("harness.Start: %v", err)
+		}
 	}
 	c := &Cluster{tb: tb, pool: pool, cfg: cfg, id: randomHex(4), image: image, key: key, release: release}
 	tb.Cleanup(c.cleanup)
@@ -291,6 +297,35 @@ func (c *Cluster) remove() error {
 	if c.dir != "" {
 		if err := os.RemoveAll(c.dir); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeLeftovers removes every container and network that carries the
+// harness's label: called by the first cluster of a process that holds the
+// host lock, when no process has a cluster.
+func removeLeftovers(client *docker.Client) error {
+	filter := map[string][]string{"label": {Label + "=1"}}
+	containers, err := client.ListContainers(docker.ListContainersOptions{All: true, Filters: filter})
+	if err != nil {
+		return fmt.Errorf("list leftover containers: %w", err)
+	}
+	var errs []error
+	for _, ct := range containers {
+		err := client.RemoveContainer(docker.RemoveContainerOptions{ID: ct.ID, Force: true, RemoveVolumes: true})
+		var nsc *docker.NoSuchContainer
+		if err != nil && !errors.As(err, &nsc) {
+			errs = append(errs, fmt.Errorf("remove leftover container %s: %w", strings.Join(ct.Names, ","), err))
+		}
+	}
+	networks, err := client.FilteredListNetworks(docker.NetworkFilterOpts{"label": {Label + "=1": true}})
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list leftover networks: %w", err))...)
+	}
+	for _, nw := range networks {
+		if err := client.RemoveNetwork(nw.ID); err != nil {
+			errs = append(errs, fmt.Errorf("remove leftover network %s: %w", nw.Name, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -28,28 +28,32 @@ var host struct {
 }
 
 // acquireHost waits until this process may run containers, and returns the
-// function that gives the permission back.
-func acquireHost() (release func(), err error) {
+// function that gives the permission back. first reports that this process
+// had no cluster: then no process on this host has one, and whatever carries
+// the harness's label is a leftover (a test binary that panicked, or was
+// killed, before its cleanups ran).
+func acquireHost() (release func(), first bool, err error) {
 	host.mu.Lock()
 	defer host.mu.Unlock()
 	if host.n == 0 {
+		first = true
 		f, err := os.OpenFile(filepath.Join(os.TempDir(), hostLockFile), os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
-			return nil, fmt.Errorf("host lock: %w", err)
+			return nil, false, fmt.Errorf("host lock: %w", err)
 		}
 		deadline := time.Now().Add(HostLockTimeout)
 		for {
 			ok, err := tryLockFile(f)
 			if err != nil {
 				f.Close()
-				return nil, fmt.Errorf("host lock %s: %w", f.Name(), err)
+				return nil, false, fmt.Errorf("host lock %s: %w", f.Name(), err)
 			}
 			if ok {
 				break
 			}
 			if time.Now().After(deadline) {
 				f.Close()
-				return nil, fmt.Errorf("host lock %s: still held by another test binary after %v", f.Name(), HostLockTimeout)
+				return nil, false, fmt.Errorf("host lock %s: still held by another test binary after %v", f.Name(), HostLockTimeout)
 			}
 			time.Sleep(50 * time.Millisecond) // poll interval, bounded by deadline
 		}
@@ -68,5 +72,5 @@ func acquireHost() (release func(), err error) {
 				host.file = nil
 			}
 		})
-	}, nil
+	}, first, nil
 }

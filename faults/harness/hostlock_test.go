@@ -29,13 +29,20 @@ func TestHostLock(t *testing.T) {
 		return ok
 	}
 
-	r1, err := acquireHost()
+	// Clusters kept for reuse by the tests before hold a share of the lock.
+	if err := RemoveKept(); err != nil {
+		t.Fatal(err)
+	}
+	r1, first, err := acquireHost()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := acquireHost() // a second cluster of this process: no wait
+	r2, second, err := acquireHost() // a second cluster of this process: no wait
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !first || second {
+		t.Fatalf("first: %t, %t; want true, false", first, second)
 	}
 	if other() {
 		t.Fatal("another holder took the lock while this process had clusters")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	docker "github.com/ory/dockertest/v3/docker"
 )
 
 // WithReuse lets Start hand out a cluster that an earlier test of this test
@@ -71,9 +73,12 @@ func (c *Cluster) answers() error {
 
 // keep resets c and keeps it for the next Start with the same key; if the
 // reset fails, it removes c.
+// A failed reset is logged, not reported as an error: the test passed, and
+// the next Start creates a new cluster.
 func (c *Cluster) keep() error {
 	if err := c.Reset(); err != nil {
-		return errors.Join(fmt.Errorf("reset for reuse: %w", err), c.remove())
+		c.tb.Logf("harness: not kept for reuse, removed: %v", err)
+		return c.remove()
 	}
 	kept.mu.Lock()
 	defer kept.mu.Unlock()
@@ -129,26 +134,44 @@ func (n *Node) reset() error {
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
-	switch {
-	case ct.State.Paused:
-		if err := n.Unpause(); err != nil {
-			return err
-		}
-	case !ct.State.Running:
-		if err := n.Start(); err != nil {
-			return err
-		}
-	}
 	var connected bool
 	if ct.NetworkSettings != nil {
 		_, connected = ct.NetworkSettings.Networks[n.c.network.Name]
 	}
-	if !connected {
-		if err := n.Reconnect(); err != nil {
+	switch {
+	case !ct.State.Running:
+		if !connected { // a stopped container can be connected, and is started on its network
+			err := n.client().ConnectNetwork(n.c.network.ID, docker.NetworkConnectionOptions{Container: n.id})
+			if err != nil {
+				return fmt.Errorf("reconnect %s: %w", n.name, err)
+			}
+		}
+		if err := n.Start(); err != nil {
 			return err
 		}
-	} else if err := n.awaitUp(); err != nil { // the address may be stale after an unpause
-		return err
+	case ct.State.Paused:
+		if err := n.Unpause(); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		if !connected {
+			if err := n.Reconnect(); err != nil {
+				return err
+			}
+		} else if err := n.awaitUp(); err != nil { // the address may be stale after an unpause
+			return err
+		}
+	}
+	// No connection, through the proxy or not, may write between the flush
+	// and the next test: they are closed first, and again after it.
+	n.proxy.setDown(true)
+	defer n.proxy.setDown(false)
+	kill := [][]string{{"CLIENT", "KILL", "TYPE", "normal"}, {"CLIENT", "KILL", "TYPE", "pubsub"}}
+	for _, cmd := range kill {
+		if _, err := command(n.Addr(), cmd...); err != nil {
+			return err
+		}
 	}
 	users, err := command(n.Addr(), "ACL", "USERS")
 	if err != nil {
@@ -160,14 +183,11 @@ func (n *Node) reset() error {
 			cmds = append(cmds, []string{"ACL", "DELUSER", u})
 		}
 	}
-	cmds = append(cmds, []string{"CLIENT", "KILL", "TYPE", "normal"}, []string{"CLIENT", "KILL", "TYPE", "pubsub"})
-	for _, cmd := range cmds {
+	for _, cmd := range append(cmds, kill...) {
 		if _, err := command(n.Addr(), cmd...); err != nil {
 			return err
 		}
 	}
-	n.proxy.setDown(true) // closes the connections open through the proxy
-	n.proxy.setDown(false)
 	return nil
 }
 

@@ -1,15 +1,16 @@
 package harness
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/ory/dockertest/v3"
 	docker "github.com/ory/dockertest/v3/docker"
+	"github.com/stretchr/testify/require"
 )
 
 // failedTB reports its test as failed, as a test whose assertions failed
@@ -19,7 +20,7 @@ type failedTB struct{ testing.TB }
 func (failedTB) Failed() bool { return true }
 
 // TestReuse checks WithReuse: a passed test's cluster, left with every fault
-// the harness injects and with data, scripts, an ACL user, proxy latency and
+// the harness injects (one node killed and disconnected) and with data, scripts, an ACL user, proxy latency and
 // open connections, is handed to the next Start with the same options reset
 // as Reset promises; other options get a new cluster; a failed test's
 // cluster is removed, not reused; RemoveKept removes what was kept.
@@ -52,6 +53,7 @@ func TestReuse(t *testing.T) {
 		require.NoError(t, n0.Pause())
 		require.NoError(t, n1.Disconnect())
 		require.NoError(t, n2.Kill())
+		require.NoError(t, n2.Disconnect()) // killed and disconnected: connected again before its start
 	})
 	require.NotNil(t, first)
 
@@ -121,4 +123,25 @@ func TestReuse(t *testing.T) {
 	containers, err = pool.Client.ListContainers(docker.ListContainersOptions{All: true, Filters: filter})
 	require.NoError(t, err)
 	require.Empty(t, containers, "RemoveKept removed the kept clusters")
+}
+
+// TestStartRemovesLeftovers checks that the first cluster of a process that
+// has none removes what a test binary killed before its cleanups (or one
+// that panicked, with clusters kept for reuse) left behind.
+func TestStartRemovesLeftovers(t *testing.T) {
+	require.NoError(t, RemoveKept())
+	pool, err := dockertest.NewPool("")
+	require.NoError(t, err)
+	if err := pool.Client.Ping(); err != nil {
+		unavailable(t, fmt.Sprintf("docker not available: %v", err))
+	}
+	left, err := pool.Client.CreateNetwork(docker.CreateNetworkOptions{
+		Name: "redlock-test-leftover-" + randomHex(4), Driver: "bridge", Labels: map[string]string{Label: "1"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pool.Client.RemoveNetwork(left.ID) })
+	Start(t, 1)
+	networks, err := pool.Client.FilteredListNetworks(docker.NetworkFilterOpts{"name": {left.Name: true}})
+	require.NoError(t, err)
+	require.Empty(t, networks, "the leftover network was not removed")
 }

@@ -172,7 +172,8 @@ func TestFaultRestartAOF(t *testing.T) {
 // ago out of acquisitions.
 func TestFaultRestartEmptyDelayed(t *testing.T) {
 	c := harness.Start(t, 3, harness.WithReuse())
-	// Fresh nodes are quarantined too (the clients cannot know what they
+	// Fresh nodes (a new cluster's, or those the reset of a reused one
+	// started again) are quarantined too (the clients cannot know what they
 	// held): let them age past the quarantine, whose uptime reading is
 	// conservative by a second, so that the rounds' restarts are what it
 	// catches.

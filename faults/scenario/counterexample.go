@@ -78,6 +78,13 @@ func (r *Run) Counterexample(cx Counterexample) (*Constructed, error) {
 	if cx.Lease == 0 {
 		cx.Lease = DefaultCounterexampleLease
 	}
+	// Start from healthy fencing, as a round does: the victim's wipe takes
+	// every resource's counter off it, and a resource whose counter was then
+	// on only one other node (its first fenced grant held two nodes, not yet
+	// repaired) could never be fenced again, nor a holder pinned by the
+	// rounds after it (run e4 of 6 December 2026: four rounds of "no client
+	// acquired r0").
+	r.awaitFenced("counterexample")
 	r.mu.Lock()
 	k := len(r.cxs)
 	r.mu.Unlock()

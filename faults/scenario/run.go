@@ -407,16 +407,9 @@ func (r *Run) Round(rd Round) (err error) {
 	// first resource could be fenced (too few trusted nodes), so no holder
 	// would come forward; and a second node losing its counters before the
 	// repair would leave a resource unfenceable for good (docs/testing.md).
-	deadline := time.Now().Add(roundWait)
-	for !r.fencedEverywhere() {
-		if time.Now().After(deadline) {
-			r.Note("round %d: some node still lacks a fence counter after %v; going on", n, roundWait)
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	r.awaitFenced(fmt.Sprintf("round %d", n))
 
-	deadline = time.Now().Add(roundWait)
+	deadline := time.Now().Add(roundWait)
 	for {
 		ok, err := redisDo(blocker.ProxyAddr(), "SET", key, token, "NX", "PX", (20 * r.cfg.TTL).Milliseconds())
 		if err == nil && ok != nil {
@@ -487,6 +480,19 @@ func (r *Run) Round(rd Round) (err error) {
 	}
 	r.Note("round %d: done", n)
 	return err
+}
+
+// awaitFenced waits, up to roundWait, until every node has every resource's
+// fence counter (fencedEverywhere), and notes it if they do not.
+func (r *Run) awaitFenced(what string) {
+	deadline := time.Now().Add(roundWait)
+	for !r.fencedEverywhere() {
+		if time.Now().After(deadline) {
+			r.Note("%s: some node still lacks a fence counter after %v; going on", what, roundWait)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // fencedEverywhere reports whether every node has the fence counter of every

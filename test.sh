@@ -163,10 +163,11 @@ if [ "${REDLOCK_TEST_SERIAL:-}" = 1 ]; then
 else
 	# The fault suite's clusters run one at a time
 	# (faults/harness/hostlock.go), after the root module. The long poles
-	# are the root module then the fault suite (about 130 s + 200 s on an
+	# are the root module then the fault suite (about 120 s + 200 s on an
 	# AMD EPYC machine), and beside them the waiting modules (about 50 s
 	# side by side), the short ones (about 50 s) and the simulation (about
-	# 220 s: 260 CPU-s, beside the fault suite).
+	# 240 s: 270 CPU-s, beside the fault suite, whose containers and their
+	# networking keep more than a core busy: docs/testing.md).
 	(
 		for m in $waiting; do run "$m" & done
 		wait

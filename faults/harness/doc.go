@@ -43,8 +43,10 @@
 // kept (RemoveKept); a failed test's cluster is removed, its logs printed.
 //
 // Docker resources carry the label redlock.test=1 and are removed in
-// t.Cleanup. If a test binary is killed before its cleanups run, leftovers can
-// be found with
+// t.Cleanup (kept clusters by RemoveKept). If a test binary is killed or
+// panics before its cleanups run, the next binary's first cluster removes
+// what it left (while no process on the host has a cluster, whatever carries
+// the label is a leftover); until then they can be found with
 //
 //	docker ps -a --filter label=redlock.test=1
 //	docker network ls --filter label=redlock.test=1
@@ -52,7 +54,10 @@
 // go test runs the packages of a module in parallel; Start serializes clusters
 // across test binaries with a lock file in os.TempDir (redlock-harness.lock),
 // so that only one package's containers run at a time. Clusters of one test
-// binary may coexist.
+// binary may coexist. A binary that keeps clusters for reuse holds the lock
+// until its TestMain calls RemoveKept: the other binary's tests wait for its
+// whole run (well within go test's default 10-minute timeout here: about
+// 130 s for the scenario package).
 //
 // When no Docker daemon answers (or redis-server or gcc is missing) Start
 // skips the test, unless REDLOCK_REQUIRE_DOCKER=1 is set, in which case it

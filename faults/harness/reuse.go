@@ -18,7 +18,8 @@ import (
 // binary started with the same n and options, instead of creating one: a
 // cluster whose test passed is reset in that test's cleanup (see Reset) and
 // kept, not removed. Creating a cluster costs about 2 s of Docker work and
-// removing it about 1 s, 3 s a test; a reset costs tens of milliseconds.
+// removing it about 1 s, 3 s a test; a reset costs tens of milliseconds (and
+// a container start for each node a test left killed or stopped).
 //
 // A kept cluster holds this binary's permission to run containers (the host
 // lock) until RemoveKept: call it from TestMain once the tests have run.

@@ -17,11 +17,10 @@
 # CPU-seconds each) side by side, then the other short modules one after
 # another, the consumer check last (internal/tools: builds a module outside
 # the repository against the working tree's modules), then the simulation
-# (virtual time, CPU-bound), beside the fault suite, whose containers leave
-# the CPU idle while they wait. The root module and the fault suite, the two
-# longest after the simulation, never overlap: the fault suite's containers
-# made the root module's timed tests fail (5 of 8 three-lane runs, 3
-# December 2026).
+# (virtual time, CPU-bound), beside the fault suite. The root module and
+# the fault suite, the two longest after the simulation, never overlap: the
+# fault suite's containers made the root module's timed tests fail (5 of 8
+# three-lane runs, 3 December 2026).
 # REDLOCK_TEST_SERIAL=1 runs every module one after another instead.
 #
 # The fault scenarios and the simulation append their result lines (go test

@@ -533,6 +533,14 @@ func TestCampaignRefusesAfterCountersLost(t *testing.T) {
 	ld, err := c.Campaign(ctx, "svc", "first")
 	require.NoError(t, err)
 	require.NoError(t, ld.Resign(ctx))
+	// The first term's counter must be on every node before two of them lose
+	// it: a grant returns once a majority fenced, and a write to the third
+	// still in flight (a loaded machine: run f1 of 6 December 2026) would
+	// leave no node with the counter once two are flushed, and the second
+	// Campaign would rightly start afresh.
+	for _, s := range servers {
+		awaitKeyOn(t, s, redlock.FenceKey(redlock.DefaultKeyPrefix, "svc"))
+	}
 	for _, s := range servers[:2] {
 		_, err := s.Do("FLUSHALL")
 		require.NoError(t, err)

@@ -1,7 +1,6 @@
 package harness_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -9,13 +8,4 @@ import (
 )
 
 // TestMain removes the clusters the tests kept for reuse (harness.WithReuse).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := harness.RemoveKept(); err != nil {
-		fmt.Fprintf(os.Stderr, "harness.RemoveKept: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(harness.RunTests(m)) }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	docker "github.com/ory/dockertest/v3/docker"
@@ -22,7 +24,8 @@ import (
 // a container start for each node a test left killed or stopped).
 //
 // A kept cluster holds this binary's permission to run containers (the host
-// lock) until RemoveKept: call it from TestMain once the tests have run.
+// lock) until RemoveKept: call it from TestMain once the tests have run
+// (RunTests does).
 // A cluster whose test failed is removed as without WithReuse, its logs
 // printed, so that the next test gets a new one.
 func WithReuse() Option { return func(c *config) { c.reuse = true } }
@@ -104,6 +107,22 @@ func RemoveKept() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RunTests runs m's tests, then RemoveKept, and returns the binary's exit
+// code: 1 as well if a kept cluster could not be removed. For a package whose
+// tests use WithReuse:
+//
+//	func TestMain(m *testing.M) { os.Exit(harness.RunTests(m)) }
+func RunTests(m *testing.M) int {
+	code := m.Run()
+	if err := RemoveKept(); err != nil {
+		fmt.Fprintf(os.Stderr, "harness.RemoveKept: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 // Reset brings every node back to what a new cluster's would be, short of

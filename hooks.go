@@ -24,8 +24,9 @@ type Hooks struct {
 	// validity runs out, unless the lock is known to be lost).
 	OnRenewalFailure func(RenewalFailureEvent)
 	// OnLost reports that a lock can no longer be trusted: Extend found it gone,
-	// or the validity watched by Do or Lock.Context ran out. Once per lock,
-	// whichever finds it first.
+	// or the validity watched by Do or Lock.Context ran out. Read locks too:
+	// ReadLock.Extend found the reader gone, or the validity watched by
+	// ReadLock.Keep ran out. Once per lock, whichever finds it first.
 	OnLost func(LostEvent)
 	// OnRelease follows every Release, with how long the lock was held.
 	OnRelease func(ReleaseEvent)

@@ -137,6 +137,56 @@ func TestOnLostOncePerLock(t *testing.T) {
 	assert.Equal(t, int32(2), lost.Load(), "another lock lost")
 }
 
+// OnLost fires for read locks too, once per read lock: when ReadLock.Extend
+// finds the reader gone (however often it is called again), and when the
+// validity ReadLock.Keep watches runs out with the node paused (its
+// renewals fail without a refusal, so only the lease's end tells).
+func TestOnLostReadLock(t *testing.T) {
+	t.Run("extend", func(t *testing.T) {
+		var lost atomic.Int32
+		c, servers := cluster(t, 1, redlock.WithHooks(redlock.Hooks{OnLost: func(redlock.LostEvent) { lost.Add(1) }}))
+		ctx := ctxT(t, 10*time.Second)
+		r, err := c.RLock(ctx, "rlost")
+		require.NoError(t, err)
+		for _, k := range servers[0].Keys("*rlost*") {
+			_, err := servers[0].Do("DEL", k)
+			require.NoError(t, err)
+		}
+		for range 3 {
+			require.ErrorIs(t, r.Extend(ctx), redlock.ErrLockLost)
+		}
+		assert.Equal(t, int32(1), lost.Load(), "one read lock lost, extended three times")
+	})
+	t.Run("keep", func(t *testing.T) {
+		lost := make(chan redlock.LostEvent, 4)
+		c, servers := cluster(t, 1, redlock.WithTTL(600*time.Millisecond), redlock.WithNodeTimeout(100*time.Millisecond),
+			redlock.WithHooks(redlock.Hooks{OnLost: func(e redlock.LostEvent) { lost <- e }}))
+		ctx := ctxT(t, 10*time.Second)
+		r, err := c.RLock(ctx, "rkeep")
+		require.NoError(t, err)
+		kctx, cancel := r.Keep(ctx)
+		defer cancel()
+		servers[0].Pause()
+		defer servers[0].Resume()
+		select {
+		case <-kctx.Done():
+		case <-ctx.Done():
+			t.Fatal("Keep's context did not end with the node paused")
+		}
+		require.ErrorIs(t, context.Cause(kctx), redlock.ErrLockLost)
+		select {
+		case e := <-lost:
+			assert.Equal(t, "rkeep", e.Resource)
+			require.ErrorIs(t, e.Err, redlock.ErrLockLost)
+		case <-ctx.Done():
+			t.Fatal("no OnLost for the read lock whose validity ran out")
+		}
+		time.Sleep(time.Until(r.Until())) // Keep ends a margin before Until
+		require.ErrorIs(t, r.Extend(ctx), redlock.ErrLockLost, "validity ended: nothing sent")
+		assert.Empty(t, lost, "OnLost fired twice for one read lock")
+	})
+}
+
 // TestNodeReplyHookOnNodeGoroutine: with one node and a context that cannot
 // be cancelled, the acquisition and release run their node call on the
 // caller's goroutine, except with an OnNodeReply hook, which is promised the

@@ -288,6 +288,7 @@ type ReadLock struct {
 	mu       sync.Mutex
 	until    time.Time
 	released bool
+	lostTold bool          // OnLost fired for the read lock (reportLost)
 	changed  chan struct{} // closed and replaced whenever until or released changes (Keep)
 
 	split splitWatch // the acquisition's
@@ -423,7 +424,23 @@ func (r *ReadLock) Extend(ctx context.Context) error {
 	if h := c.cfg.hooks.OnExtend; h != nil {
 		h(ExtendEvent{Resource: r.resource, OK: err == nil, Err: err})
 	}
+	if errors.Is(err, ErrLockLost) {
+		r.reportLost(err)
+	}
 	return err
+}
+
+// reportLost fires the OnLost hook for r, once, as Lock.reportLost does
+// for a lock: Keep's renewal and its lease watch may both find it lost,
+// and a caller may call Extend again on a lost read lock.
+func (r *ReadLock) reportLost(err error) {
+	r.mu.Lock()
+	told := r.lostTold
+	r.lostTold = true
+	r.mu.Unlock()
+	if !told {
+		r.c.lost(r.resource, err)
+	}
 }
 
 func (r *ReadLock) extend(ctx context.Context) error {
@@ -578,7 +595,9 @@ func (r *ReadLock) leaseLeft(cancel context.CancelCauseFunc, margin time.Duratio
 	}
 	left := until.Add(-margin).Sub(r.c.cfg.clock.Now())
 	if left <= 0 {
-		cancel(&errLeaseEnded{resource: r.resource})
+		err := &errLeaseEnded{resource: r.resource}
+		cancel(err)
+		r.reportLost(err)
 		return 0, false
 	}
 	return left, true

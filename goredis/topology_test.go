@@ -72,51 +72,21 @@ func TestSentinel(t *testing.T) {
 	t.Logf("failover %s -> %s", old, p.Addr())
 
 	_, late := quarantined(t) // starts after the failover
-	var refusals int
+	refusals := nodetest.AwaitQuarantined(t, failedOver, "res", "other", other, late, other, late)
+	assert.Len(t, refusals, 4)
 	var until time.Time
-	for _, n := range []node.Node{other, late, other, late} {
-		for {
-			a, err := acquire(t, n, "res", "other")
-			require.False(t, a.OK, "%s granted a lock the old primary's holder still counts on, %v after the failover", n.Name(), time.Since(failedOver))
-			var qe *node.QuarantineError
-			if errors.As(err, &qe) {
-				t.Logf("%s: %v", n.Name(), err)
-				refusals++
-				if qe.Until.After(until) {
-					until = qe.Until
-				}
-				assert.Equal(t, d, qe.Quarantine)
-				break
-			}
-			// The client may still reach the old primary for a moment (it still
-			// holds the key, or says READONLY): try again.
-			require.Less(t, time.Since(failedOver), 10*time.Second, "no quarantine seen: %v", err)
-			time.Sleep(50 * time.Millisecond)
+	for _, qe := range refusals {
+		assert.Equal(t, d, qe.Quarantine)
+		if qe.Until.After(until) {
+			until = qe.Until
 		}
 	}
-	assert.Equal(t, 4, refusals)
 	// Control: without the quarantine, the lock is granted a second time.
-	// A quarantined attempt's grant whose take-back was lost under load
-	// stays with "other": undo it, as a lock client's round would; and the
-	// control client's own grant whose reply was lost counts (as in
-	// TestClusterFailover, CI run f3 of 6 December 2026).
-	if v, _ := p.Do("GET", "{res}"); v != nil {
-		t.Logf("after the quarantined attempts the new primary holds the key (%s): undone", v)
-		_, err := control.Release(context.Background(), "{res}", "other", false)
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool {
-		a, err := acquire(t, control, "res", "control")
-		if err == nil && a.OK {
-			return true
-		}
+	require.True(t, nodetest.AwaitControlGrant(t, control, "res", "other", func() string {
 		v, _ := p.Do("GET", "{res}")
 		b, _ := v.([]byte)
-		return string(b) == "control"
-	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it")
-	ok, err := control.Release(context.Background(), "{res}", "control", false)
-	require.NoError(t, err)
-	require.True(t, ok)
+		return string(b)
+	}))
 	assert.True(t, until.After(failedOver.Add(d-time.Second)), "quarantined for the full duration after the failover")
 	time.Sleep(time.Until(until))
 	a, err = acquire(t, other, "res", "other")
@@ -248,48 +218,16 @@ func TestClusterFailover(t *testing.T) {
 	_, late := quarantined(t)
 
 	var until time.Time
-	for _, n := range []node.Node{other, late} {
-		for {
-			a, err := acquire(t, n, res, "other")
-			require.False(t, a.OK, "granted %v after the failover", time.Since(failedOver))
-			var qe *node.QuarantineError
-			if errors.As(err, &qe) {
-				t.Logf("%s: %v", n.Name(), err)
-				if qe.Until.After(until) {
-					until = qe.Until
-				}
-				break
-			}
-			require.Less(t, time.Since(failedOver), 10*time.Second, "no quarantine seen: %v", err)
-			time.Sleep(50 * time.Millisecond)
+	for _, qe := range nodetest.AwaitQuarantined(t, failedOver, res, "other", other, late) {
+		if qe.Until.After(until) {
+			until = qe.Until
 		}
 	}
-	// A grant that began before the quarantine was seen (the redirect's new
-	// connection observed the promotion while the script ran) is taken back
-	// with a release bounded by the node timeout, which a loaded machine can
-	// miss: the key then stays with "other" for its minute, as a lock
-	// client's round would undo it. Do that undo here. (CI runs b1 and f3 of
-	// 6 December 2026: the control client refused for 10 s while the new
-	// master held the key with 50 s left.)
-	if v, _ := c.Masters[1].Do("GET", "{"+res+"}"); v != nil {
-		t.Logf("after the quarantined attempts the new master holds the key (%s): undone", v)
-		_, err := control.Release(context.Background(), "{"+res+"}", "other", false)
-		require.NoError(t, err)
-	}
-	var last string
-	if !assert.Eventually(t, func() bool {
-		a, err := acquire(t, control, res, "control")
-		last = fmt.Sprintf("ok=%v err=%v", a.OK, err)
-		if err == nil && a.OK {
-			return true
-		}
-		// An attempt whose reply was lost under load (its context ended)
-		// may have been granted all the same: the next is refused (NX).
+	if !nodetest.AwaitControlGrant(t, control, res, "other", func() string {
 		v, _ := c.Masters[1].Do("GET", "{"+res+"}")
 		b, _ := v.([]byte)
-		return string(b) == "control"
-	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it") {
-		t.Logf("the control client's last attempt: %s", last)
+		return string(b)
+	}) {
 		for _, s := range append(append([]*redistest.Server(nil), c.Masters...), c.Replicas...) {
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 			nodes, err := rc.Do(context.Background(), "CLUSTER", "NODES").Text()
@@ -301,9 +239,6 @@ func TestClusterFailover(t *testing.T) {
 		}
 		t.FailNow()
 	}
-	ok, err := control.Release(context.Background(), "{"+res+"}", "control", false)
-	require.NoError(t, err)
-	require.True(t, ok)
 	assert.True(t, until.After(failedOver.Add(d-time.Second)), "quarantined for the full duration after the failover")
 	time.Sleep(time.Until(until))
 	a, err = acquire(t, other, res, "other")

@@ -133,43 +133,16 @@ func TestSentinel(t *testing.T) {
 	failedOver := time.Now()
 	late := quarantined(t, d, opt)
 	var until time.Time
-	for _, n := range []node.Node{other, late} {
-		for {
-			a, err := acquire(t, n, "res", "other")
-			require.False(t, a.OK, "granted %v after the failover", time.Since(failedOver))
-			var qe *node.QuarantineError
-			if errors.As(err, &qe) {
-				t.Logf("%v", err)
-				if qe.Until.After(until) {
-					until = qe.Until
-				}
-				break
-			}
-			require.Less(t, time.Since(failedOver), 10*time.Second, "no quarantine seen: %v", err)
-			time.Sleep(50 * time.Millisecond)
+	for _, qe := range nodetest.AwaitQuarantined(t, failedOver, "res", "other", other, late) {
+		if qe.Until.After(until) {
+			until = qe.Until
 		}
 	}
-	// A quarantined attempt's grant whose take-back was lost under load
-	// stays with "other": undo it, as a lock client's round would; and the
-	// control client's own grant whose reply was lost counts (as in
-	// TestClusterFailover, CI run f3 of 6 December 2026).
-	if v, _ := p.Do("GET", "{res}"); v != nil {
-		t.Logf("after the quarantined attempts the new primary holds the key (%s): undone", v)
-		_, err := control.Release(context.Background(), "{res}", "other", false)
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool {
-		a, err := acquire(t, control, "res", "control")
-		if err == nil && a.OK {
-			return true
-		}
+	require.True(t, nodetest.AwaitControlGrant(t, control, "res", "other", func() string {
 		v, _ := p.Do("GET", "{res}")
 		b, _ := v.([]byte)
-		return string(b) == "control"
-	}, 10*time.Second, 50*time.Millisecond, "the key was lost: an unquarantined node grants it")
-	ok, err := control.Release(context.Background(), "{res}", "control", false)
-	require.NoError(t, err)
-	require.True(t, ok)
+		return string(b)
+	}))
 	assert.True(t, until.After(failedOver.Add(d-time.Second)))
 	time.Sleep(time.Until(until))
 	require.Eventually(t, func() bool { // a later connection may have extended it

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +289,69 @@ func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 	case <-woken:
 	case <-ctx.Done():
 		t.Fatal("the head was not woken")
+	}
+}
+
+// A queued attempt lengthens the expiries of the queue, its mark and the
+// leases (to twice the caller's lease) only when less than one lease is
+// left: most attempts write none of them (issue 26, server commands: three
+// writes per attempt before), every live lease stays within them, and none
+// is ever shortened.
+func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
+	s, n, ctx := dialed(t, 10*time.Second)
+	const key, fence = "redlock:{exp}", "redlock:{exp}:fence"
+	q, qx := node.QueueKeys(key)
+	mark := node.QueueMarkKey(key)
+	const lease = time.Minute
+	f := fairQueue{t, n, ctx, key, fence, time.Now().UnixMicro()}
+	pttl := func(k string) time.Duration {
+		ms, err := redis.Int64(s.Do("PTTL", k))
+		require.NoError(t, err)
+		return time.Duration(ms) * time.Millisecond
+	}
+	writes := func() int64 {
+		info, err := redis.String(s.Do("INFO", "commandstats"))
+		require.NoError(t, err)
+		var sum int64
+		for _, cmd := range []string{"pexpire", "set"} {
+			if _, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls="); ok {
+				v, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				sum += v
+			}
+		}
+		return sum
+	}
+
+	require.True(t, f.acquire("t-h", waiter("h", 1)).OK)
+	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	for _, k := range []string{q, qx, mark} {
+		assert.Greater(t, pttl(k), lease, "%s: a new queue's expiry covers the lease", k)
+	}
+	before := writes()
+	for range 3 {
+		time.Sleep(2 * time.Millisecond) // the expiries go down (PTTL counts in ms)
+		require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	}
+	assert.Equal(t, before, writes(), "attempts with more than a lease left wrote an expiry")
+
+	// Less than a lease left: lengthened, the three together.
+	for _, k := range []string{q, qx, mark} {
+		_, err := s.Do("PEXPIRE", k, 1000)
+		require.NoError(t, err)
+	}
+	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	for _, k := range []string{q, qx, mark} {
+		assert.InDelta(t, float64(2*lease), float64(pttl(k)), float64(5*time.Second), "%s lengthened to twice the lease", k)
+	}
+
+	// Never shortened: a longer expiry (another waiter's longer lease) stays.
+	for _, k := range []string{q, qx, mark} {
+		_, err := s.Do("PEXPIRE", k, (10 * time.Minute).Milliseconds())
+		require.NoError(t, err)
+	}
+	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	for _, k := range []string{q, qx, mark} {
+		assert.Greater(t, pttl(k), 9*time.Minute, "%s shortened", k)
 	}
 }

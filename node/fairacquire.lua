@@ -72,12 +72,16 @@ else
 end
 local lease = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
--- Only ever lengthened: another waiter's lease may be longer than ours.
-if redis.call('PTTL', KEYS[3]) < 2 * lease then
+-- The queue, its mark and the leases must outlive the caller's lease: set to
+-- twice the lease when less than one lease is left, so that most attempts
+-- only read the two expiries (they used to set all three on every attempt:
+-- three commands more; issue 26, server commands). Only ever lengthened:
+-- another waiter's lease may be longer than ours.
+if redis.call('PTTL', KEYS[3]) < lease then
   redis.call('PEXPIRE', KEYS[3], 2 * lease)
   redis.call('SET', KEYS[5], '1', 'PX', 2 * lease)
 end
-if redis.call('PTTL', KEYS[4]) < 2 * lease then redis.call('PEXPIRE', KEYS[4], 2 * lease) end
+if redis.call('PTTL', KEYS[4]) < lease then redis.call('PEXPIRE', KEYS[4], 2 * lease) end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
 if ahead > 0 and dropDead() > 0 then
   ahead = redis.call('ZRANK', KEYS[3], ARGV[3])

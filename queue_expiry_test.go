@@ -14,10 +14,11 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
-// Every fairacquire sets the queue's (and leases') TTL to 2 × the *caller's*
-// lease. A waiter L with a long backoff (WithLockRetryBackoff up to 1 min: its
-// lease 2 s + 2 × max) is queued; a default waiter S (lease 2.5 s) tries once
-// and gives up: the queue key now expires 5 s later, with L's place. H's
+// The queue's TTL must never be shortened to 2 × the *caller's* lease (as
+// every fairacquire once did): a waiter L with a long backoff
+// (WithLockRetryBackoff up to 1 min: its lease 2 s + 2 × max) is queued; a
+// default waiter S (lease 2.5 s) tries once and gives up: the queue key
+// would expire 5 s later, with L's place. H's
 // release then finds nobody queued and publishes on the key's channel, which
 // L does not listen to (it listens on its waiter channel): the free lock
 // waits for L's backoff timer (uniform up to 40 s here).

@@ -221,7 +221,7 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 	s, n, ctx := dialed(t, 10*time.Second)
 	const key, fence = "redlock:{mark}", "redlock:{mark}:fence"
-	q, _ := node.QueueKeys(key)
+	q, qx := node.QueueKeys(key)
 	mark := node.QueueMarkKey(key)
 	expires := func(k string) int64 {
 		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
@@ -238,6 +238,7 @@ func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 		withQueue++
 		require.NotEqual(t, int64(-1), qe, "%s: the queue has no expiry", step)
 		assert.GreaterOrEqual(t, expires(mark), qe, "%s: the mark expires before the queue", step)
+		assert.GreaterOrEqual(t, expires(qx), qe, "%s: the leases expire before the queue", step)
 	}
 	base := time.Now().UnixMicro()
 	leases := []time.Duration{100 * time.Millisecond, 5 * time.Second, time.Second, 20 * time.Second, 300 * time.Millisecond}
@@ -335,15 +336,35 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 	}
 	assert.Equal(t, before, writes(), "attempts with more than a lease left wrote an expiry")
 
-	// Less than a lease left: lengthened, the three together.
-	for _, k := range []string{q, qx, mark} {
-		_, err := s.Do("PEXPIRE", k, 1000)
+	// Just over a lease left: nothing written.
+	set := func(k string, d time.Duration) {
+		_, err := s.Do("PEXPIRE", k, d.Milliseconds())
 		require.NoError(t, err)
+	}
+	for _, k := range []string{q, qx, mark} {
+		set(k, lease+5*time.Second)
+	}
+	before = writes()
+	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	assert.Equal(t, before, writes(), "an attempt with more than a lease left wrote an expiry")
+
+	// Just under a lease left: lengthened, the three together.
+	for _, k := range []string{q, qx, mark} {
+		set(k, lease-5*time.Second)
 	}
 	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
 	for _, k := range []string{q, qx, mark} {
 		assert.InDelta(t, float64(2*lease), float64(pttl(k)), float64(5*time.Second), "%s lengthened to twice the lease", k)
 	}
+
+	// The leases outlive the queue, whatever else set their expiry: a
+	// waiter is dropped only through its lease there (an adversarial
+	// review: the leases' key expired with a crashed head's lease, and the
+	// queue, renewed by the others, kept it at its head for good).
+	set(q, lease+20*time.Second)
+	set(qx, lease+5*time.Second)
+	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
+	assert.GreaterOrEqual(t, pttl(qx), pttl(q), "the leases expire before the queue")
 
 	// Never shortened: a longer expiry (another waiter's longer lease) stays.
 	for _, k := range []string{q, qx, mark} {

@@ -72,16 +72,26 @@ else
 end
 local lease = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
--- The queue, its mark and the leases must outlive the caller's lease: set to
--- twice the lease when less than one lease is left, so that most attempts
--- only read the two expiries (they used to set all three on every attempt:
--- three commands more; issue 26, server commands). Only ever lengthened:
--- another waiter's lease may be longer than ours.
-if redis.call('PTTL', KEYS[3]) < lease then
-  redis.call('PEXPIRE', KEYS[3], 2 * lease)
-  redis.call('SET', KEYS[5], '1', 'PX', 2 * lease)
+-- The queue and its mark must outlive the caller's lease: set to twice the
+-- lease when less than one lease is left (or none is set: -1), so that most
+-- attempts only read the expiries (they used to set all three on every
+-- attempt: three commands more; issue 26, server commands). Only ever
+-- lengthened: another waiter's lease may be longer than ours. The mark is
+-- set with the queue, to the same time (fairrelease.lua reads the queue
+-- only while its mark exists).
+local qttl = redis.call('PTTL', KEYS[3])
+if qttl < lease then
+  qttl = 2 * lease
+  redis.call('PEXPIRE', KEYS[3], qttl)
+  redis.call('SET', KEYS[5], '1', 'PX', qttl)
 end
-if redis.call('PTTL', KEYS[4]) < lease then redis.call('PEXPIRE', KEYS[4], 2 * lease) end
+-- And the leases must outlive the queue: a waiter is dropped only through
+-- its lease there (dropDead), so a queued waiter whose lease went with an
+-- earlier expiry of the leases' key would stay in the queue, at its head
+-- perhaps, for as long as anyone renews the queue (an adversarial review
+-- of the change above, 6 December 2026). The releases and leaves only
+-- lengthen the leases' key.
+if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
 if ahead > 0 and dropDead() > 0 then
   ahead = redis.call('ZRANK', KEYS[3], ARGV[3])

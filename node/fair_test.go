@@ -361,10 +361,28 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 	// waiter is dropped only through its lease there (an adversarial
 	// review: the leases' key expired with a crashed head's lease, and the
 	// queue, renewed by the others, kept it at its head for good).
+	expireTime := func(k string) int64 {
+		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
+		require.NoError(t, err)
+		return ms
+	}
 	set(q, lease+20*time.Second)
 	set(qx, lease+5*time.Second)
 	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
-	assert.GreaterOrEqual(t, pttl(qx), pttl(q), "the leases expire before the queue")
+	assert.GreaterOrEqual(t, expireTime(qx), expireTime(q), "the leases expire before the queue")
+
+	// The same through the scripts alone (a second review): a waiter with a
+	// short lease queues; a leave gives the leases 10 s; a waiter with a
+	// longer lease then lengthens the queue to twice its own: the leases
+	// must follow.
+	g := fairQueue{t, n, ctx, "redlock:{exp2}", "redlock:{exp2}:fence", time.Now().UnixMicro()}
+	q2, qx2 := node.QueueKeys(g.key)
+	require.True(t, g.acquire("t-h", node.Waiter{ID: "h", Ticket: 1, Lease: time.Second}).OK)
+	require.False(t, g.acquire("t-a", node.Waiter{ID: "a", Ticket: 2, Lease: time.Second}).OK)
+	require.NoError(t, n.LeaveQueue(ctx, g.key, "gone"))
+	time.Sleep(2 * time.Millisecond) // the leases' expiry goes down from 10 s
+	require.False(t, g.acquire("t-b", node.Waiter{ID: "b", Ticket: 3, Lease: 5 * time.Second}).OK)
+	assert.GreaterOrEqual(t, expireTime(qx2), expireTime(q2), "the leases expire before the queue")
 
 	// Never shortened: a longer expiry (another waiter's longer lease) stays.
 	for _, k := range []string{q, qx, mark} {

@@ -175,7 +175,7 @@ func (c *Client) leaveOn(i int, key string, w *place) {
 // acquire is the attempt of lock l by waiter w (as wv: the same ticket on
 // every node) on node n, through its queue.
 func (w *place) acquire(ctx context.Context, n node.Node, l *Lock, wv node.Waiter) (node.Acquired, error) {
-	return n.AcquireFair(ctx, l.key, l.fenceKey, l.token, l.ttl, wv)
+	return n.AcquireFair(ctx, l.key, l.countersKey(), l.token, l.ttl, wv)
 }
 
 // leave takes w out of key's queue on n.

@@ -522,11 +522,11 @@ func TestFenceMinorityCounterFailsSafe(t *testing.T) {
 // Z sees no counter, waits for j (3), trusts j only and gets no token.
 func TestFenceFailedFirstFenceCreatesNothing(t *testing.T) {
 	for _, m := range lateReads {
-		t.Run(m.name, func(t *testing.T) { testFenceFailedFirstFenceCreatesNothing(t, m.fair, m.cause) })
+		t.Run(m.name, func(t *testing.T) { testFenceFailedFirstFenceCreatesNothing(t, m.write, m.fair, m.cause) })
 	}
 }
 
-func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause string) {
+func testFenceFailedFirstFenceCreatesNothing(t *testing.T, write, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	nodes, delay := delayedNodes(t, servers)
@@ -539,7 +539,7 @@ func testFenceFailedFirstFenceCreatesNothing(t *testing.T, fair bool, cause stri
 	cb := bClient(t, nodes, fair, hook)
 
 	bOnK := delay[k].delayNext()
-	b, err := cb.TryLock(ctx, "res")
+	b, err := bLock(ctx, cb, "res", write)
 	require.NoError(t, err, "B holds j and l")
 	<-bOnK.arrived
 	_, err = servers[j].Do("DEL", key) // B's key on j ends early

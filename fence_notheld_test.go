@@ -243,7 +243,8 @@ func TestFenceUnheardWaiterYields(t *testing.T) {
 }
 
 // TestFenceUnheardRereads: a lock whose acquisition read the counters (a
-// waiter's, here in fair mode) plans its Fence from those replies; when they
+// write lock's; a fair waiter's until 6 December 2026, when this test used
+// one) plans its Fence from those replies; when they
 // leave it undecided because n0 did not answer, the next Fence must read the
 // counters again, not return the same ErrUnavailable from the same replies
 // for as long as the lock is held (an adversarial review's finding).
@@ -252,11 +253,11 @@ func TestFenceUnheardRereads(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	fenceKey := redlock.FenceKey(redlock.DefaultKeyPrefix, "res")
 	withCounter(t, fenceKey, servers[:2]...)
-	c := dialed(t, servers, redlock.WithFair(), redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0))
+	c := dialed(t, servers, redlock.WithNodeTimeout(300*time.Millisecond), redlock.WithBreaker(0))
 	warmUp(t, ctx, c)
 
 	resume := paused(t, servers[0])
-	l, err := c.Lock(ctx, "res") // fair: a waiter from the first attempt, counters read with the SET
+	l, err := c.WLock(ctx, "res") // a write lock: counters read with the SET (rwwrite.lua)
 	require.NoError(t, err)
 	_, err = l.Fence(ctx)
 	require.ErrorIs(t, err, redlock.ErrUnavailable)

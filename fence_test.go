@@ -277,6 +277,13 @@ func (d *delayedNode) Acquire(ctx context.Context, key, fenceKey, token string, 
 	return d.delay(ctx, func() (node.Acquired, error) { return d.Node.Acquire(ctx, key, fenceKey, token, ttl) })
 }
 
+// AcquireWrite is delayed as Acquire (a write lock's acquisitions).
+func (d *delayedNode) AcquireWrite(ctx context.Context, key, fenceKey, token string, ttl time.Duration, writer string, wait time.Duration) (node.Acquired, error) {
+	return d.delay(ctx, func() (node.Acquired, error) {
+		return d.Node.AcquireWrite(ctx, key, fenceKey, token, ttl, writer, wait)
+	})
+}
+
 // AcquireFair is delayed as Acquire (a fair client's acquisitions).
 func (d *delayedNode) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w node.Waiter) (node.Acquired, error) {
 	return d.delay(ctx, func() (node.Acquired, error) { return d.Node.AcquireFair(ctx, key, fenceKey, token, ttl, w) })
@@ -300,22 +307,25 @@ func (d *delayedNode) delay(ctx context.Context, send func() (node.Acquired, err
 	return send()
 }
 
-// lateReads are the two ways B's acquisition reads the fence counters in
+// lateReads are the ways B's acquisition reads the fence counters in
 // TestFenceLateGrantOnWipedNode and TestFenceFailedFirstFenceCreatesNothing.
-// A fair client's acquisitions read them with the SET (fairacquire.lua), so
-// B's replies from j and l predate A's counters and B plans a fresh resource:
-// its first-token check finds A's counter on j (errCounterFound). A default
-// client's TryLock reads none (acquire.lua's ARGV[3] "0"), and Fence reads them
-// inside the lock: j, where B's key ended, has a counter, k and l, which B
-// holds, have none, so B trusts no node (errCounterMissing). Either way B gets
-// no token and nothing is written.
+// A write lock's acquisitions read them with the SET (rwwrite.lua), so B's
+// replies from j and l predate A's counters and B plans a fresh resource: its
+// first-token check finds A's counter on j (errCounterFound). (Until 6
+// December 2026 a fair client's queued acquisitions read them too; now, as a
+// default client's, only for a lock fenced at once.) A default or fair
+// client's lock reads none (acquire.lua's ARGV[3] "0", fairacquire.lua's
+// KEYS[2] the lock key), and Fence reads them inside the lock: j, where B's
+// key ended, has a counter, k and l, which B holds, have none, so B trusts no
+// node (errCounterMissing). Either way B gets no token and nothing is written.
 var lateReads = []struct {
-	name  string
-	fair  bool
-	cause string
+	name        string
+	write, fair bool
+	cause       string
 }{
-	{"counters read at the SET (fair client)", true, "fence counter found"},
-	{"counters read by Fence", false, "fence counter missing"},
+	{"counters read at the SET (write lock)", true, false, "fence counter found"},
+	{"counters read by Fence", false, false, "fence counter missing"},
+	{"counters read by Fence (fair client)", false, true, "fence counter missing"},
 }
 
 // bClient is the client B acquires with, a default or a fair one (lateReads),
@@ -336,6 +346,14 @@ func bClient(t *testing.T, nodes []node.Node, fair bool, opt redlock.Option) *re
 	require.NoError(t, err)
 	t.Cleanup(func() { cb.Close() })
 	return cb
+}
+
+// bLock is B's one attempt on resource: a write lock or a lock (lateReads).
+func bLock(ctx context.Context, cb *redlock.Client, resource string, write bool) (*redlock.Lock, error) {
+	if write {
+		return cb.TryWLock(ctx, resource)
+	}
+	return cb.TryLock(ctx, resource)
 }
 
 // awaitCounted waits for B's delayed acquisition's reply (acquireReplies).
@@ -365,11 +383,11 @@ func awaitCounted(t *testing.T, ctx context.Context, replies <-chan redlock.Node
 // (lateReads).
 func TestFenceLateGrantOnWipedNode(t *testing.T) {
 	for _, m := range lateReads {
-		t.Run(m.name, func(t *testing.T) { testFenceLateGrantOnWipedNode(t, m.fair, m.cause) })
+		t.Run(m.name, func(t *testing.T) { testFenceLateGrantOnWipedNode(t, m.write, m.fair, m.cause) })
 	}
 }
 
-func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
+func testFenceLateGrantOnWipedNode(t *testing.T, write, fair bool, cause string) {
 	servers := redistest.StartN(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	nodes, delay := delayedNodes(t, servers)
@@ -382,7 +400,7 @@ func testFenceLateGrantOnWipedNode(t *testing.T, fair bool, cause string) {
 	cb := bClient(t, nodes, fair, hook)
 
 	bOnK := delay[k].delayNext()
-	b, err := cb.TryLock(ctx, "late")
+	b, err := bLock(ctx, cb, "late", write)
 	require.NoError(t, err, "B holds j and l")
 	<-bOnK.arrived
 	n, err := redis.Int(servers[j].Do("DEL", key))

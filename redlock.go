@@ -391,10 +391,13 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	if err := ctx.Err(); err != nil { // nothing is sent once the caller gave up
 		return nil, c.failed("acquire", resource, ErrNotAcquired, err)
 	}
-	// A waiter's attempts (the queue's script) read the counters anyway. A
-	// lock with a holder's record may be observed (Observe, Leader): its
-	// release tells the key's channel, as an election's does.
-	l, err := c.newLock(resource, lc.ttl, lc.fence || lc.waiter != nil, lc.watched || lc.meta != nil)
+	// The counters are read with the grant only for a lock fenced at once,
+	// through the queue too (until 6 December 2026 a waiter's attempts read
+	// them always: two commands per contended acquisition; Lock.Fence reads
+	// them inside the lock). A lock with a holder's record may be observed
+	// (Observe, Leader): its release tells the key's channel, as an
+	// election's does.
+	l, err := c.newLock(resource, lc.ttl, lc.fence, lc.watched || lc.meta != nil)
 	if err != nil {
 		return nil, err
 	}

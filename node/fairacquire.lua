@@ -1,5 +1,7 @@
 -- Fair acquire: take the lock only for the head of the waiters' queue.
--- KEYS[1] lock key, KEYS[2] fence counter key, KEYS[3] queue (sorted set:
+-- KEYS[1] lock key, KEYS[2] fence counter key (or the lock key again: the
+-- counter is not read, and the reply says none, as acquire.lua's with
+-- ARGV[3] "0"; issue 26, server commands), KEYS[3] queue (sorted set:
 -- waiter -> ticket), KEYS[4] waiters' leases (sorted set: waiter -> deadline in
 -- ms of the node's clock), KEYS[5] the queue's mark (a string that outlives
 -- the queue: its expiry is set with the queue's, to the same time, so that
@@ -41,9 +43,11 @@ local function dropDead()
   end
   return #dead
 end
-local f = redis.call('GET', KEYS[2])
-local present = 1
-if not f then f = '0'; present = 0 end
+local f, present = '0', 0
+if KEYS[2] ~= KEYS[1] then
+  local v = redis.call('GET', KEYS[2])
+  if v then f = v; present = 1 end
+end
 local ticket = tonumber(ARGV[4])
 local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])

@@ -148,6 +148,9 @@ func CreateFenceCall(key, fenceKey, token string, fence uint64) Call {
 
 // AcquireFairCall is Queuer.AcquireFair's call.
 func AcquireFairCall(key, fenceKey, token string, ttl time.Duration, w Waiter) Call {
+	if fenceKey == "" {
+		fenceKey = key // the counter is not read (fairacquire.lua)
+	}
 	q, qx, qm := queueKeys(key)
 	return Call{Script{fairAcquireScript}, []string{key, fenceKey, q, qx, qm},
 		[]any{token, ttl.Milliseconds(), w.ID, w.Ticket, max(w.Lease.Milliseconds(), 1)}}

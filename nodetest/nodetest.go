@@ -557,6 +557,19 @@ func (s *suite) readFence(t *testing.T, n node.Node, k keys) {
 	if got := read(b); !got.OK || got.Fence != 1<<53+1 {
 		t.Fatalf("ReadFence after an Acquire without the counter = %+v, want held, the counter unchanged", got)
 	}
+	// The queued acquisition likewise: the counter only with the fence key.
+	w := waiter("rf/1", time.Now().UnixMicro(), 0)
+	got, err = n.AcquireFair(ctx(t), k.lock, "", a, time.Minute, w)
+	if err != nil || got.OK || got.HasFence || got.Fence != 0 {
+		t.Fatalf("AcquireFair without the fence key = %+v, %v; want refused (held), no counter read", got, err)
+	}
+	got, err = n.AcquireFair(ctx(t), k.lock, k.fence, a, time.Minute, w)
+	if err != nil || got.OK || !got.HasFence || got.Fence != 1<<53+1 {
+		t.Fatalf("AcquireFair with the fence key = %+v, %v; want refused (held), with the counter", got, err)
+	}
+	if err := n.LeaveQueue(ctx(t), k.lock, w.ID); err != nil {
+		t.Fatalf("LeaveQueue: %v", err)
+	}
 }
 
 func (s *suite) writeFence(t *testing.T, n node.Node, k keys) {

@@ -51,8 +51,8 @@ type Lock struct {
 	fenceMu sync.Mutex // serialises Fence
 	fence   uint64     // 0 until Fence succeeded
 	// counted: the acquisition's replies carry the nodes' fence counters
-	// (WithFence, the queue's and the write lock's scripts); without them
-	// Fence reads the counters first (readCounters).
+	// (WithFence, through the queue or not, and the write lock's script);
+	// without them Fence reads the counters first (counters).
 	counted bool
 	// reread: a plan from the acquisition's counters was undecided (nodes
 	// that failed may have a counter: errCounterUnheard); Fence reads them

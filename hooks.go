@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"sync"
 	"time"
 )
 
@@ -104,6 +105,18 @@ type ReleaseEvent struct {
 	// Held is the time from acquisition to release.
 	Held time.Duration
 	Err  error
+}
+
+// lostOnce fires OnLost for resource unless *told says it fired already,
+// and sets *told; mu guards told (the lock's own mutex).
+func (c *Client) lostOnce(mu *sync.Mutex, told *bool, resource string, err error) {
+	mu.Lock()
+	already := *told
+	*told = true
+	mu.Unlock()
+	if !already {
+		c.lost(resource, err)
+	}
 }
 
 func (c *Client) lost(resource string, err error) {

@@ -381,15 +381,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 // the lease watch of Do or Lock.Context may both find it lost, and a
 // caller may call Extend again on a lost lock; a metric counting OnLost
 // counts locks lost, not the calls that found it.
-func (l *Lock) reportLost(err error) {
-	l.mu.Lock()
-	told := l.lostTold
-	l.lostTold = true
-	l.mu.Unlock()
-	if !told {
-		l.c.lost(l.resource, err)
-	}
-}
+func (l *Lock) reportLost(err error) { l.c.lostOnce(&l.mu, &l.lostTold, l.resource, err) }
 
 func (l *Lock) extend(ctx context.Context) error {
 	c := l.c

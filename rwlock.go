@@ -433,15 +433,7 @@ func (r *ReadLock) Extend(ctx context.Context) error {
 // reportLost fires the OnLost hook for r, once, as Lock.reportLost does
 // for a lock: Keep's renewal and its lease watch may both find it lost,
 // and a caller may call Extend again on a lost read lock.
-func (r *ReadLock) reportLost(err error) {
-	r.mu.Lock()
-	told := r.lostTold
-	r.lostTold = true
-	r.mu.Unlock()
-	if !told {
-		r.c.lost(r.resource, err)
-	}
-}
+func (r *ReadLock) reportLost(err error) { r.c.lostOnce(&r.mu, &r.lostTold, r.resource, err) }
 
 func (r *ReadLock) extend(ctx context.Context) error {
 	c := r.c

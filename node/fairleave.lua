@@ -11,8 +11,9 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[3], now + 5000, '-' .. ARGV[1])
--- The mark must last 5 s: set to 10 s when less is left, so that the
--- releases and leaves of the next 5 s only read the expiry.
+-- The leave mark ('-' .. id) must last 5 s: the leases' key is set to 10 s
+-- when less is left, so that the releases and leaves of the next 5 s only
+-- read its expiry.
 if redis.call('PTTL', KEYS[3]) < 5000 then redis.call('PEXPIRE', KEYS[3], 10000) end
 local left = redis.call('ZREM', KEYS[2], ARGV[1])
 if left == 1 and head[1] == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then

@@ -31,8 +31,9 @@ if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZADD', KEYS[3], clock() + 5000, '-' .. ARGV[2])
-  -- The mark must last 5 s: set to 10 s when less is left, so that the
-  -- releases and leaves of the next 5 s only read the expiry.
+  -- The leave mark ('-' .. id) must last 5 s: the leases' key is set to 10 s
+  -- when less is left, so that the releases and leaves of the next 5 s only
+  -- read its expiry.
   if redis.call('PTTL', KEYS[3]) < 5000 then redis.call('PEXPIRE', KEYS[3], 10000) end
 end
 local held, queued

@@ -67,24 +67,23 @@ const (
 // the default mode used the queue: docs/operations.md) refuses the queue's
 // release: the lock is then released as by Release, waking the key's
 // watchers, so that such a client's locks still work; its waiters fail
-// with "permission denied".
-func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, to tell, args *node.LockArgs) (bool, error) {
+// with "permission denied". queued reports that the node had waiters
+// queued (it woke the head).
+func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter string, to tell, args *node.LockArgs) (ok, queued bool, err error) {
 	if to == tellNone {
-		return n.Release(ctx, key, token, false)
+		ok, err = n.Release(ctx, key, token, false)
+		return ok, false, err
 	}
-	var (
-		ok  bool
-		err error
-	)
 	if r, isRedis := n.(*node.Redis); isRedis && args != nil { // the same call, its arguments laid out once
-		ok, err = r.ReleaseArgs(ctx, args)
+		ok, queued, err = r.ReleaseArgs(ctx, args)
 	} else {
-		ok, err = n.ReleaseFair(ctx, key, token, waiter, to == tellAll)
+		ok, queued, err = n.ReleaseFair(ctx, key, token, waiter, to == tellAll)
 	}
 	if err != nil && isPermission(err.Error()) {
-		return n.Release(ctx, key, token, true)
+		ok, err = n.Release(ctx, key, token, true)
+		return ok, false, err
 	}
-	return ok, err
+	return ok, queued, err
 }
 
 // place is a Lock call's place in the nodes' waiters' queues.

@@ -277,7 +277,7 @@ func TestFairCrashedWaiter(t *testing.T) {
 		a, err = n.AcquireFair(ctx, key, fence, "ghost-token", time.Minute, ghost)
 		require.NoError(t, err)
 		require.False(t, a.OK)
-		_, err = n.ReleaseFair(ctx, key, "holder-token", holder.ID, true)
+		_, _, err = n.ReleaseFair(ctx, key, "holder-token", holder.ID, true)
 		require.NoError(t, err)
 		require.NoError(t, n.Close())
 	}

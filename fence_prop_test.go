@@ -217,8 +217,9 @@ func (m *memNode) Name() string { return m.name }
 func (m *memNode) Close() error { return nil }
 
 // ReleaseFair is Release: the waiters' queue is not modelled.
-func (m *memNode) ReleaseFair(ctx context.Context, key, token, _ string, _ bool) (bool, error) {
-	return m.Release(ctx, key, token, true)
+func (m *memNode) ReleaseFair(ctx context.Context, key, token, _ string, _ bool) (bool, bool, error) {
+	ok, err := m.Release(ctx, key, token, true)
+	return ok, false, err
 }
 
 // live returns the entry at key if it has not expired; m.mu must be held.

@@ -80,7 +80,16 @@ type Lock struct {
 type releaseOps struct{ l *Lock }
 
 func (r releaseOps) call(ctx context.Context, _ int, n node.Node) (struct{}, bool, error) {
-	ok, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, r.l.tell, &r.l.args)
+	ok, queued, err := r.l.c.releaseOn(ctx, n, r.l.key, r.l.token, r.l.waiter, r.l.tell, &r.l.args)
+	if queued {
+		// Other waiters are queued: this client's next Lock call on the
+		// resource queues behind them from its first attempt, as after a
+		// refusal, instead of taking the lock in the gap before the woken
+		// head's attempt (a client whose first attempts kept winning was
+		// never refused, and barged again and again: issue 23, 1,000
+		// waiters).
+		r.l.c.sawContention(r.l.resource)
+	}
 	return struct{}{}, ok, err
 }
 

@@ -532,7 +532,7 @@ func (c *Client) releaseNow(i int, key, token, waiter string, to tell, args *nod
 	defer cancel()
 	err := ErrNodeDown
 	if c.health[i].allow() { // through the breaker, as a round's call
-		_, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, to, args)
+		_, _, err = c.releaseOn(ctx, c.nodes[i], key, token, waiter, to, args)
 		c.recordCall(i, err)
 	}
 	if errors.Is(err, ErrNodeDown) && c.health[i].deferRelease(key, token, to) {

@@ -66,13 +66,13 @@ func (n *lateNode) AcquireWrite(ctx context.Context, key, fenceKey, token string
 	return n.Node.AcquireWrite(ctx, key, fenceKey, token, ttl, writer, mark)
 }
 
-func (n *lateNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
+func (n *lateNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, bool, error) {
 	if n.holdUndo && n.releases.Add(1) == 1 {
 		close(n.undoing)
 		select {
 		case <-n.undoLet:
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, false, ctx.Err()
 		}
 	}
 	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)

@@ -36,9 +36,9 @@ func (n *slowReleaseNode) Release(ctx context.Context, key, token string, notify
 	return n.Node.Release(ctx, key, token, notify)
 }
 
-func (n *slowReleaseNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
+func (n *slowReleaseNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, bool, error) {
 	if err := n.hold(ctx); err != nil {
-		return false, err
+		return false, false, err
 	}
 	return n.Node.ReleaseFair(ctx, key, token, waiter, tell)
 }

@@ -56,7 +56,7 @@ func TestClusterWakeOtherSlot(t *testing.T) {
 	require.Equal(t, node.Queued, r.Queue)
 	q, _ := node.QueueKeys(b)
 
-	rel, err := n.ReleaseFair(ctx, b, "holder", "", true)
+	rel, _, err := n.ReleaseFair(ctx, b, "holder", "", true)
 	require.NoError(t, err)
 	require.True(t, rel)
 	select {
@@ -111,7 +111,7 @@ func TestClusterHerd(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, node.Queued, r.Queue)
 	}
-	rel, err := n.ReleaseFair(ctx, b, "holder", "", true)
+	rel, _, err := n.ReleaseFair(ctx, b, "holder", "", true)
 	require.NoError(t, err)
 	require.True(t, rel)
 	select {

@@ -60,7 +60,8 @@ type Queuer interface {
 	// from the head while key is free wakes the new head.
 	LeaveQueue(ctx context.Context, key, id string) error
 	// ReleaseFair deletes key if it still holds token, as Release does, and
-	// reports whether it did; when key is free afterwards it wakes the head
+	// reports whether it did (released), and whether waiters were queued
+	// (queued: the head was woken); when key is free afterwards it wakes the head
 	// of the queue only, on its channel (WaiterChannel), or, when nobody is
 	// queued and tell is set, the key's watchers (Watch of key: a lock whose
 	// waiters do not queue, such as a read-write lock's). waiter, if not
@@ -69,7 +70,7 @@ type Queuer interface {
 	// the head). The queue is looked at only when its mark (QueueMarkKey)
 	// exists, which outlives it: an uncontended release with tell unset is
 	// the compare-and-delete alone.
-	ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error)
+	ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (released, queued bool, err error)
 }
 
 // WaiterChannel is the channel on which the waiter id is told that key was

@@ -42,7 +42,7 @@ func (f fairQueue) acquire(token string, w node.Waiter) node.Acquired {
 // release is ReleaseFair; it must not fail.
 func (f fairQueue) release(token, waiter string) bool {
 	f.t.Helper()
-	ok, err := f.n.ReleaseFair(f.ctx, f.key, token, waiter, true)
+	ok, _, err := f.n.ReleaseFair(f.ctx, f.key, token, waiter, true)
 	require.NoError(f.t, err)
 	return ok
 }
@@ -257,7 +257,7 @@ func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 			require.NoError(t, n.LeaveQueue(ctx, key, w.ID))
 		case 3: // the holder releases
 			if holder != "" {
-				ok, err := n.ReleaseFair(ctx, key, "t"+holder, holder, false)
+				ok, _, err := n.ReleaseFair(ctx, key, "t"+holder, holder, false)
 				require.NoError(t, err)
 				require.True(t, ok)
 				holder = ""
@@ -283,9 +283,10 @@ func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 	woken, stop, err := n.Watch(ctx, node.WaiterChannel(key, "next/1"))
 	require.NoError(t, err)
 	defer stop()
-	ok, err := n.ReleaseFair(ctx, key, "t-h", "h/1", false)
+	ok, queued, err := n.ReleaseFair(ctx, key, "t-h", "h/1", false)
 	require.NoError(t, err)
 	require.True(t, ok)
+	require.True(t, queued, "a waiter was queued: the releaser is told")
 	select {
 	case <-woken:
 	case <-ctx.Done():

@@ -217,7 +217,7 @@ var layoutCalls = []func(ctx context.Context, n *node.Redis, k string) error{
 		return err
 	},
 	func(ctx context.Context, n *node.Redis, k string) error {
-		_, err := n.ReleaseFair(ctx, k, "t", "w/1", true)
+		_, _, err := n.ReleaseFair(ctx, k, "t", "w/1", true)
 		return err
 	},
 	func(ctx context.Context, n *node.Redis, k string) error { return n.LeaveQueue(ctx, k, "w/1") },
@@ -392,7 +392,7 @@ func queue(ids ...string) stateStep {
 // which wakes the head of the queue.
 func release() stateStep {
 	return func(ctx context.Context, n *node.Redis, c redis.Conn, k string) error {
-		ok, err := n.ReleaseFair(ctx, k, heldToken, "", true)
+		ok, _, err := n.ReleaseFair(ctx, k, heldToken, "", true)
 		if err == nil && !ok {
 			err = errors.New("the holder's release deleted nothing")
 		}

@@ -75,6 +75,6 @@ func (r *Redis) AcquireArgs(ctx context.Context, a *LockArgs) (Acquired, error) 
 
 // ReleaseArgs is ReleaseFair with a's arguments: ReleaseFair(ctx, key,
 // token, waiter, tell) of a.Init and a.SetWaiter.
-func (r *Redis) ReleaseArgs(ctx context.Context, a *LockArgs) (bool, error) {
-	return r.flagArgv(ctx, a.releaseCall(), a.releaseArgv[:])
+func (r *Redis) ReleaseArgs(ctx context.Context, a *LockArgs) (released, queued bool, err error) {
+	return releaseFairReply(r.intArgv(ctx, a.releaseCall(), a.releaseArgv[:]))
 }

@@ -233,15 +233,21 @@ func (s *Scripted) flag(ctx context.Context, c Call) (bool, error) {
 
 // flagArgv is flag with c's EVALSHA arguments argv (runArgv).
 func (s *Scripted) flagArgv(ctx context.Context, c Call, argv []any) (bool, error) {
+	n, err := s.intArgv(ctx, c, argv)
+	return n == 1, err
+}
+
+// intArgv runs a call whose reply is an integer (runArgv).
+func (s *Scripted) intArgv(ctx context.Context, c Call, argv []any) (int64, error) {
 	reply, err := s.runArgv(ctx, c, argv)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	n, ok := reply.(int64)
 	if !ok {
-		return false, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, c.Script.Name(), reply)
+		return 0, fmt.Errorf("%w: %s: %v", ErrUnexpectedReply, c.Script.Name(), reply)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 // Acquire implements Node.
@@ -303,8 +309,17 @@ func (s *Scripted) AcquireFair(ctx context.Context, key, fenceKey, token string,
 }
 
 // ReleaseFair implements Queuer.
-func (s *Scripted) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, error) {
-	return s.flag(ctx, ReleaseFairCall(key, token, waiter, tell))
+func (s *Scripted) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (released, queued bool, err error) {
+	return releaseFairReply(s.intArgv(ctx, ReleaseFairCall(key, token, waiter, tell), nil))
+}
+
+// releaseFairReply reads fairrelease.lua's reply: 1 if deleted, plus 2
+// when waiters were queued.
+func releaseFairReply(n int64, err error) (released, queued bool, _ error) {
+	if err != nil {
+		return false, false, err
+	}
+	return n&1 == 1, n&2 == 2, nil
 }
 
 // LeaveQueue implements Queuer.

@@ -314,7 +314,7 @@ func (s *suite) quarantine(t *testing.T, restart func(t *testing.T)) {
 		if _, err := settled(func() (bool, error) { return false, n.LeaveQueue(c, k.lock, "q/1") }); err != nil {
 			t.Fatalf("LeaveQueue on a node %s: %v", name, err)
 		}
-		if ok, err := settled(func() (bool, error) { return n.ReleaseFair(c, k.lock, tok, "q/1", true) }); err != nil || ok {
+		if ok, err := settled(func() (bool, error) { ok, _, err := n.ReleaseFair(c, k.lock, tok, "q/1", true); return ok, err }); err != nil || ok {
 			t.Fatalf("ReleaseFair on a node %s: %v, %v; want false, no error", name, ok, err)
 		}
 		if _, err := settled(func() (bool, error) { _, err := n.LeaveWrite(c, k.lock+"-rw", "w"); return false, err }); err != nil { // rw.go
@@ -696,7 +696,7 @@ func (s *suite) watch(t *testing.T, n node.Node, k keys) {
 	if !acquire(t, n, k, b, time.Minute).OK {
 		t.Fatal("Acquire on a released key refused")
 	}
-	ok, err = n.ReleaseFair(c, k.lock, b, "", true)
+	ok, _, err = n.ReleaseFair(c, k.lock, b, "", true)
 	must(t, "ReleaseFair telling the key's watchers", ok, err, true)
 	select {
 	case <-ch:
@@ -746,7 +746,7 @@ func calls(n node.Node, k keys, tok string) map[string]func(context.Context) err
 			return err
 		},
 		"ReleaseFair": func(c context.Context) error {
-			_, err := n.ReleaseFair(c, k.lock, tok, "calls/2", true)
+			_, _, err := n.ReleaseFair(c, k.lock, tok, "calls/2", true)
 			return err
 		},
 		"LeaveQueue": func(c context.Context) error { return n.LeaveQueue(c, k.lock, "calls/2") },
@@ -954,8 +954,11 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 	// next releases: head is woken (and nobody else), and is the only one
 	// granted; a newcomer queued behind it is refused while the lock is free.
 	// The head is told whether or not the key's own watchers are (tell).
-	ok, err := n.ReleaseFair(c, k.lock, nextTok, next.ID, false)
+	ok, queued, err := n.ReleaseFair(c, k.lock, nextTok, next.ID, false)
 	must(t, "ReleaseFair", ok, err, true)
+	if !queued {
+		t.Fatal("ReleaseFair with waiters queued: queued false, want true (the releaser learns the resource is contended)")
+	}
 	select {
 	case <-woken:
 	case <-c.Done():
@@ -977,8 +980,11 @@ func (s *suite) fairQueue(t *testing.T, n node.Node, k keys) {
 			t.Fatalf("LeaveQueue: %v", err)
 		}
 	}
-	ok, err = n.ReleaseFair(c, k.lock, headTok, head.ID, true)
+	ok, queued, err = n.ReleaseFair(c, k.lock, headTok, head.ID, true)
 	must(t, "ReleaseFair of the head's lock", ok, err, true)
+	if queued {
+		t.Fatal("ReleaseFair with nobody left queued: queued true, want false")
+	}
 	select {
 	case <-others:
 		t.Fatal("a waiter that left was woken")

@@ -743,9 +743,17 @@ var grantCalls = map[string][]func(ctx context.Context, n *node.Redis, key strin
 			return n.AcquireArgs(ctx, &a)
 		},
 	},
-	"fairacquire": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
-		return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
-	}},
+	"fairacquire": {
+		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
+			return n.AcquireFair(ctx, key, key+":fence", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
+		},
+		// Without the fence counter (the lock key again as KEYS[2]): a
+		// waiter's attempt of a lock not fenced at once, since 6 December
+		// 2026 the lock client's usual queued call.
+		func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
+			return n.AcquireFair(ctx, key, "", "t-new", 10*time.Second, node.Waiter{ID: "w/1", Ticket: time.Now().UnixMicro(), Lease: time.Second})
+		},
+	},
 	// rw: a reader, a writer (waiting: it would leave a mark if refused).
 	"rwread": {func(ctx context.Context, n *node.Redis, key string) (node.Acquired, error) {
 		return n.AcquireRead(ctx, key, "r-new", 10*time.Second)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +131,31 @@ func (s *Server) Keys(pattern string) []string {
 		s.tb.Fatalf("redistest: KEYS: %v", err)
 	}
 	return keys
+}
+
+// Calls returns how many times s has run each command since it started or
+// its last CONFIG RESETSTAT (INFO commandstats: a script's own commands
+// included), by lower-case name ("evalsha", "set", …); "info" counts the
+// earlier calls of Calls too.
+func (s *Server) Calls() map[string]int64 {
+	s.tb.Helper()
+	info, err := redis.String(s.Do("INFO", "commandstats"))
+	if err != nil {
+		s.tb.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		if err != nil {
+			s.tb.Fatalf("redistest: INFO commandstats: %q: %v", line, err)
+		}
+		calls[name] = n
+	}
+	return calls
 }
 
 // WaitUptime waits until s has been up at least d by its INFO server (whole

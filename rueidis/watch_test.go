@@ -3,8 +3,6 @@ package rueidis_test
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,15 +17,7 @@ import (
 // subscribes returns how many SUBSCRIBE commands the server has run.
 func subscribes(t *testing.T, s *redistest.Server) int {
 	t.Helper()
-	info, err := redis.String(s.Do("INFO", "commandstats"))
-	require.NoError(t, err)
-	m := regexp.MustCompile(`cmdstat_subscribe:calls=(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	v, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
-	return v
+	return int(s.Calls()["subscribe"])
 }
 
 // TestWatchShared: the watches of a key share one subscription; a release

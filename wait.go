@@ -300,18 +300,11 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 	}
 	w := &waiting{c: c, resource: resource, lc: lc}
 	defer w.stop()
-	if w.lc.waiter == nil && !c.heldHere(resource) && c.contendedLately(resource) {
-		// Contended lately: queue from the first attempt, and listen
-		// before it (the subscription of this client's waiters lingers
-		// between Lock calls, so this costs nothing when the client
-		// contends again and again). When this client holds the lock, its
-		// own release wakes the call: no queue on the nodes.
-		w.queue(ctx, c.nodeClock.ticket(time.Now()))
-	}
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them.
 		if attempt > 0 || !c.heldHere(resource) {
+			w.queueIfContended(ctx)
 			l, again, err := w.attempt(ctx)
 			if l != nil || err != nil {
 				return l, w.lc.waiter, err
@@ -326,6 +319,23 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 		if err := w.wait(ctx, local, attempt); err != nil {
 			return nil, w.lc.waiter, err
 		}
+	}
+}
+
+// queueIfContended makes a call that is not a waiter yet one before its
+// next attempt if the resource was contended lately: refused by a node, or
+// released by this client with waiters queued (releaseOps). It then queues
+// from that attempt, and listens before it (the subscription of this
+// client's waiters lingers between Lock calls, so this costs nothing when
+// the client contends again and again), instead of taking the lock in the gap
+// before the woken head's attempt. Checked before every attempt, not only the
+// first: a call that waited for this client's own release (no queue on the
+// nodes while this client holds the lock) learns only from that release
+// that others are queued (issue 26: a second goroutine of the releasing
+// client barged).
+func (w *waiting) queueIfContended(ctx context.Context) {
+	if w.lc.waiter == nil && !w.c.heldHere(w.resource) && w.c.contendedLately(w.resource) {
+		w.queue(ctx, w.c.nodeClock.ticket(time.Now()))
 	}
 }
 

@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -348,17 +350,18 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 		assert.InDelta(t, float64(2*lease), float64(pttl(k)), float64(5*time.Second), "%s lengthened to twice the lease", k)
 	}
 
-	// The leases outlive the queue, whatever else set their expiry: a
-	// waiter is dropped only through its lease there (an adversarial
-	// review: the leases' key expired with a crashed head's lease, and the
-	// queue, renewed by the others, kept it at its head for good).
+	// The leases outlive the queue (an adversarial review: the leases' key
+	// expired with a crashed head's lease, and the queue, renewed by the
+	// others, kept it at its head for good). Only the scripts set these
+	// expiries, and the attempts check the leases' only when they set the
+	// queue's (TestQueueExpiryInvariants walks the scripts at random).
 	expireTime := func(k string) int64 {
 		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
 		require.NoError(t, err)
 		return ms
 	}
-	set(q, lease+20*time.Second)
-	set(qx, lease+5*time.Second)
+	set(q, lease-5*time.Second)
+	set(qx, lease-20*time.Second)
 	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
 	assert.GreaterOrEqual(t, expireTime(qx), expireTime(q), "the leases expire before the queue")
 
@@ -384,4 +387,100 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 	for _, k := range []string{q, qx, mark} {
 		assert.Greater(t, pttl(k), 9*time.Minute, "%s shortened", k)
 	}
+}
+
+// The scripts keep the queue's invariants whatever they run in what order,
+// with short leases that lapse and expiries that run low: every queued
+// waiter has a lease; the leases' key expires no sooner than the queue, and
+// the queue no sooner than any live lease in it; the queue's mark lives as
+// long as the queue. (The attempts read the leases' expiry only when they
+// set the queue's: issue 26, server commands; these invariants are why that
+// is enough.) A random walk of attempts, releases and leaves on a real
+// server, checked after every step.
+func TestQueueExpiryInvariants(t *testing.T) {
+	s, n, ctx := dialed(t, 30*time.Second)
+	const key = "redlock:{inv}"
+	q, qx := node.QueueKeys(key)
+	mark := node.QueueMarkKey(key)
+	rng := rand.New(rand.NewPCG(26, 6))
+	expireTime := func(k string) int64 { // -2: no key, -1: no expiry
+		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
+		require.NoError(t, err)
+		return ms
+	}
+	check := func(step int, what string) {
+		t.Helper()
+		members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
+		require.NoError(t, err)
+		qExp, xExp, mExp := expireTime(q), expireTime(qx), expireTime(mark)
+		require.NotEqual(t, int64(-1), qExp, "step %d (%s): the queue has no expiry", step, what)
+		require.NotEqual(t, int64(-1), xExp, "step %d (%s): the leases have no expiry", step, what)
+		if qExp == -2 {
+			require.Empty(t, members)
+			return
+		}
+		require.GreaterOrEqual(t, xExp, qExp, "step %d (%s): the leases expire before the queue", step, what)
+		require.GreaterOrEqual(t, mExp, qExp, "step %d (%s): the mark expires before the queue", step, what)
+		for _, m := range members {
+			dl, err := redis.Int64(s.Do("ZSCORE", qx, m))
+			require.NoError(t, err, "step %d (%s): queued waiter %s has no lease", step, what, m)
+			var now int64
+			tm, err := redis.Int64s(s.Do("TIME"))
+			require.NoError(t, err)
+			now = tm[0]*1000 + tm[1]/1000
+			if dl >= now {
+				require.GreaterOrEqual(t, qExp, dl, "step %d (%s): the queue expires before %s's live lease", step, what, m)
+			}
+		}
+	}
+	holder, holderWaiter := "", ""
+	var grants, releases, behind int
+	var gen [5]int
+	var ticket [5]int64
+	for i := range ticket {
+		ticket[i] = time.Now().UnixMicro()
+	}
+	next := func(i int) { gen[i]++; ticket[i] = time.Now().UnixMicro() } // a new Lock call
+	for step := range 400 {
+		i := rng.IntN(5)
+		id := fmt.Sprintf("w%d.%d", i, gen[i])
+		lease := time.Duration(20+rng.IntN(200)) * time.Millisecond
+		var what string
+		switch op := rng.IntN(10); {
+		case op < 6:
+			token := fmt.Sprintf("t-%s-%d", id, step)
+			a, err := n.AcquireFair(ctx, key, key, token, time.Minute,
+				node.Waiter{ID: id, Ticket: ticket[i], Lease: lease})
+			require.NoError(t, err)
+			what = "attempt of " + id
+			if a.OK {
+				require.Empty(t, holder, "step %d: granted while %s holds", step, holderWaiter)
+				holder, holderWaiter = token, id
+				grants++
+			} else if a.Queue == node.Queued && a.Ahead > 0 {
+				behind++
+			}
+		case op < 8 && holder != "":
+			ok, _, err := n.ReleaseFair(ctx, key, holder, holderWaiter, false)
+			require.NoError(t, err)
+			require.True(t, ok)
+			what = "release by " + holderWaiter
+			releases++
+			var j int
+			_, _ = fmt.Sscanf(holderWaiter, "w%d.", &j)
+			next(j)
+			holder, holderWaiter = "", ""
+		case op < 9 && id != holderWaiter:
+			require.NoError(t, n.LeaveQueue(ctx, key, id))
+			what = "leave of " + id
+			next(i)
+		default:
+			time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+			what = "a pause"
+		}
+		check(step, what)
+	}
+	t.Logf("grants %d, releases %d, refused behind others %d", grants, releases, behind)
+	require.Greater(t, grants, 20, "the walk hardly granted: it checked little")
+	require.Greater(t, behind, 20, "the walk hardly queued anyone behind another")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"testing"
 )
@@ -84,4 +85,26 @@ func FuzzRespCounter(f *testing.F) {
 			t.Fatalf("a command after a good stream: %d (bad %v)", got, whole.bad)
 		}
 	})
+}
+
+// A count taken for a measured loop waits until the servers are quiet: the
+// last node's commands of a pair decided on a majority land after it.
+func TestCounterSettled(t *testing.T) {
+	reads := []int64{10, 12, 15, 15, 15}
+	i := 0
+	c := Counter(func() (int64, error) {
+		v := reads[min(i, len(reads)-1)]
+		i++
+		return v, nil
+	})
+	if got := c.settled(); got != 15 {
+		t.Fatalf("settled = %d, want 15 (the count once two reads agree)", got)
+	}
+	if got := Counter(nil).settled(); got != -1 {
+		t.Fatalf("nil counter settled = %d, want -1", got)
+	}
+	failing := Counter(func() (int64, error) { return 0, errors.New("down") })
+	if got := failing.settled(); got != -1 {
+		t.Fatalf("failing counter settled = %d, want -1", got)
+	}
 }

@@ -88,38 +88,27 @@ if qttl < lease then
   qttl = 2 * lease
   redis.call('PEXPIRE', KEYS[3], qttl)
   redis.call('SET', KEYS[5], '1', 'PX', qttl)
-  -- And the leases must outlive the queue: a waiter is dropped only through
-  -- its lease there (dropDead), so a queued waiter whose lease went with an
-  -- earlier expiry of the leases' key would stay in the queue, at its head
-  -- perhaps, for as long as anyone renews the queue (an adversarial review
-  -- of the change above, 6 December 2026). Only here is the queue's expiry
-  -- set, and the releases and leaves only lengthen the leases' key, so
-  -- checking it here, with the queue's, keeps it beyond the queue's for good
-  -- (every waiter of the queue has a lease there, so the leases' key is not
-  -- emptied before the queue is), at one command per attempt less (issue
-  -- 26, server commands).
-  if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
 end
+-- And the leases must outlive the queue: a waiter is dropped only through
+-- its lease there (dropDead), so a queued waiter whose lease went with an
+-- earlier expiry of the leases' key would stay in the queue, at its head
+-- perhaps, for as long as anyone renews the queue (an adversarial review
+-- of the change above, 6 December 2026). The releases and leaves only
+-- lengthen the leases' key.
+if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
 local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+if ahead > 0 and dropDead() > 0 then
+  ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+end
 if ahead > 0 then
-  -- Not the caller's turn. If the lock is free here, the head may be a
-  -- waiter whose lease ran out (dropped now), or may have missed its
-  -- wake-up (it was queued here after the release that should have woken
-  -- it): wake it again, as fairrelease.lua does. While the lock is held the
-  -- lapsed waiters can wait: the release drops them before it wakes the
-  -- head (fairrelease.lua), and a key that expires leaves the lock free for
-  -- the next attempt here (one command per refused attempt less: issue 26).
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return {0, f, present, ahead, nowus, 1}
-  end
-  if dropDead() > 0 then
-    ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
-  end
-  if ahead > 0 then
+  -- Not the caller's turn. If the lock is free here, the head may have missed
+  -- its wake-up (it was queued here after the release that should have woken
+  -- it): wake it again, as fairrelease.lua does.
+  if redis.call('EXISTS', KEYS[1]) == 0 then
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)
     redis.pcall('PUBLISH', KEYS[1] .. ':w:' .. string.match(head[1], '^[^/]*'), 'released')
-    return {0, f, present, ahead, nowus, 1}
   end
+  return {0, f, present, ahead, nowus, 1}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The holder stays at the head until its release takes it out of the queue

@@ -52,7 +52,16 @@ type Client struct {
 	lockSeq     atomic.Uint64    // numbers this client's locks (Lock.seq)
 
 	now func() time.Time // cfg.clock.Now, made once: the rounds' latencies
+
+	// pool runs the rounds' node calls on goroutines that outlive them (a
+	// round of one node whose caller can only wait runs inline): a new
+	// goroutine grew its stack by copying on every node call (issue 26).
+	pool *quorum.Pool
 }
+
+// poolIdle is how long a goroutine of Client.pool waits for its next node
+// call before it exits.
+const poolIdle = 2 * time.Second
 
 // New returns a Client over nodes, each an independent Redis instance (no
 // replication between them). One node is single-instance mode with the same API.
@@ -88,6 +97,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.now = cfg.clock.Now
+	c.pool = quorum.NewPool(poolIdle)
 	for i := range nodes {
 		c.health[i] = newNodeHealth(cfg.breakerFailures, cfg.nodeTimeout)
 	}
@@ -214,6 +224,7 @@ func (c *Client) Close() error {
 	giveUp := time.AfterFunc(c.cfg.nodeTimeout, c.cancelCleanup)
 	c.calls.Wait() // they end at once (c.stop), and spawn their leaving of the queues
 	c.bg.Wait()
+	c.pool.Close()
 	giveUp.Stop()
 	c.cancelCleanup()
 	if !c.owned {

@@ -93,7 +93,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	if inline && ctx.Done() != nil {
 		rr.waiter = ctx
 	}
-	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline}
+	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline, Pool: c.pool}
 	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
 	return flight[T]{Call: call, r: r, c: c}
 }

@@ -71,6 +71,9 @@ type Options[T any] struct {
 	// before each starts, Done when it ends (what a tracked Go would do, one
 	// allocation per node cheaper).
 	Group *sync.WaitGroup
+	// Pool, if set and Go is nil, runs the nodes' operations on its
+	// goroutines (counted in Group, if set, as plain ones would be).
+	Pool *Pool
 	// Settled, if set, is called once every node's operation has returned,
 	// in the goroutine of the last (before its OnReply and Undo): to free
 	// what the operations shared, such as their context.
@@ -123,6 +126,12 @@ type Call[T any] struct {
 	// one is asked for): closed with that node's reply.
 	answered map[int]chan struct{}
 	dropped  bool
+
+	// For a Pool's goroutines (runNode): the Call's context, operation and
+	// group.
+	ctx   context.Context
+	op    Op[T]
+	group *sync.WaitGroup
 }
 
 // closed is a closed channel: Settled's once every node answered before it
@@ -174,6 +183,14 @@ func newCall[T any](ctx context.Context, n int, op Op[T], r Runner[T], o Options
 		for i := 0; i < n; i++ {
 			o.Go(func() { c.run(ctx, op, i) })
 		}
+	case o.Pool != nil:
+		c.ctx, c.op, c.group = ctx, op, o.Group
+		if o.Group != nil {
+			o.Group.Add(n)
+		}
+		for i := 0; i < n; i++ {
+			o.Pool.run(task{c, i})
+		}
 	case o.Group != nil:
 		for i := 0; i < n; i++ {
 			o.Group.Add(1)
@@ -214,6 +231,15 @@ func alloc[T any](n int) (*Call[T], []Reply[T]) {
 }
 
 // runIn is run, counted in g.
+// runNode runs node i's operation on a Pool's goroutine.
+func (c *Call[T]) runNode(i int) {
+	if c.group != nil {
+		c.runIn(c.group, c.ctx, c.op, i)
+		return
+	}
+	c.run(c.ctx, c.op, i)
+}
+
 func (c *Call[T]) runIn(g *sync.WaitGroup, ctx context.Context, op Op[T], i int) {
 	defer g.Done()
 	c.run(ctx, op, i)

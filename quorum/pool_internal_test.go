@@ -1,0 +1,117 @@
+package quorum
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countRunner counts the nodes it ran, and signals each.
+type countRunner struct {
+	ran  atomic.Int64
+	done chan int
+}
+
+func (r *countRunner) runNode(i int) {
+	r.ran.Add(1)
+	r.done <- i
+}
+
+// A goroutine that finished an operation runs the next one: one goroutine
+// for a hundred operations one after another.
+func TestPoolReusesGoroutines(t *testing.T) {
+	p := NewPool(time.Minute)
+	defer p.Close()
+	r := &countRunner{done: make(chan int, 1)}
+	for i := range 100 {
+		p.run(task{r, i})
+		require.Equal(t, i, <-r.done)
+		// The goroutine is waiting once it signalled and looped; until then
+		// a run may start another. Wait for it to be back.
+		require.Eventually(t, func() bool { return p.idleWaiting() }, 5*time.Second, time.Microsecond)
+	}
+	assert.Equal(t, int64(100), r.ran.Load())
+	assert.Equal(t, int64(1), p.started.Load(), "goroutines started for 100 operations in a row")
+}
+
+// Operations handed over at once all run, each exactly once, however many
+// goroutines that takes; idle goroutines exit after the idle time.
+func TestPoolRunsEveryOperation(t *testing.T) {
+	p := NewPool(20 * time.Millisecond)
+	defer p.Close()
+	const n = 500
+	r := &countRunner{done: make(chan int, n)}
+	var wg sync.WaitGroup
+	for g := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n / 10 {
+				p.run(task{r, g*(n/10) + i})
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make([]bool, n)
+	for range n {
+		i := <-r.done
+		require.False(t, seen[i], "node %d ran twice", i)
+		seen[i] = true
+	}
+	assert.Equal(t, int64(n), r.ran.Load())
+	assert.LessOrEqual(t, p.started.Load(), int64(n))
+	require.Eventually(t, func() bool { return p.live() == 0 }, 5*time.Second, time.Millisecond,
+		"idle goroutines did not exit: %d left", p.live())
+}
+
+// Close ends the waiting goroutines at once, and an operation handed over
+// still runs.
+func TestPoolClose(t *testing.T) {
+	p := NewPool(time.Hour)
+	r := &countRunner{done: make(chan int, 4)}
+	for i := range 4 {
+		p.run(task{r, i})
+	}
+	for range 4 {
+		<-r.done
+	}
+	p.Close()
+	p.Close() // idempotent
+	require.Eventually(t, func() bool { return p.live() == 0 }, 5*time.Second, time.Millisecond,
+		"waiting goroutines did not exit on Close: %d left", p.live())
+	p.run(task{r, 9}) // after Close: a goroutine of its own
+	assert.Equal(t, 9, <-r.done)
+}
+
+// A Call on a Pool counts its goroutines in Group and decides as a plain one.
+func TestCallOnPool(t *testing.T) {
+	p := NewPool(time.Minute)
+	defer p.Close()
+	var g sync.WaitGroup
+	for range 50 {
+		c := Start(context.Background(), 3, func(_ context.Context, i int) (int, bool, error) {
+			return i, i != 2, nil
+		}, Options[int]{Pool: p, Group: &g})
+		o := c.Wait(context.Background())
+		require.True(t, o.Success)
+		g.Wait() // every node's goroutine counted, and done
+		require.Equal(t, 3, o.Yes+o.No+o.Failed+pendingOf(o))
+	}
+	assert.Less(t, p.started.Load(), int64(150), "no goroutine reused over 50 Calls")
+}
+
+// pendingOf counts the nodes that had not answered when o was taken.
+func pendingOf(o Outcome[int]) int {
+	n := 0
+	for _, r := range o.Replies {
+		if !r.Done {
+			n++
+		}
+	}
+	return n
+}

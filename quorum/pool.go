@@ -11,9 +11,13 @@ import (
 // exiting. A new goroutine starts with a small stack, and a node's call
 // (script, connection, system call) grows it by copying, two or three times
 // on every call: 7 % of the CPU of a sequential Lock+Release at N=3 went to
-// runtime.copystack (issue 26). A waiting goroutine keeps its stack. Handing
-// a waiting goroutine its operation costs what starting one does (it is made
-// runnable on the caller's processor), so a Pool only saves.
+// runtime.copystack (issue 26). A waiting goroutine keeps its stack until a
+// garbage collection finds it mostly unused and shrinks it. Handing a
+// waiting goroutine its operation costs what starting one does (it is made
+// runnable on the caller's processor). The price: after a burst of
+// concurrent operations, as many goroutines and their stacks stay alive for
+// the idle time. Each operation runs with the pprof labels of its Call's
+// context.
 //
 // The zero value is not usable: NewPool. Close ends the waiting goroutines;
 // operations handed over before it still run.

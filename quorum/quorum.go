@@ -11,6 +11,7 @@ package quorum
 
 import (
 	"context"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -230,9 +231,12 @@ func alloc[T any](n int) (*Call[T], []Reply[T]) {
 	return new(Call[T]), make([]Reply[T], 2*n)
 }
 
-// runIn is run, counted in g.
-// runNode runs node i's operation on a Pool's goroutine.
+// runNode runs node i's operation on a Pool's goroutine, labelled for
+// pprof as the Call's context says (pprof.Do puts a caller's labels there):
+// a goroutine started for the operation would have inherited its caller's
+// labels, and a Pool's goroutine carries those of whoever started it.
 func (c *Call[T]) runNode(i int) {
+	pprof.SetGoroutineLabels(c.ctx)
 	if c.group != nil {
 		c.runIn(c.group, c.ctx, c.op, i)
 		return
@@ -240,6 +244,7 @@ func (c *Call[T]) runNode(i int) {
 	c.run(c.ctx, c.op, i)
 }
 
+// runIn is run, counted in g.
 func (c *Call[T]) runIn(g *sync.WaitGroup, ctx context.Context, op Op[T], i int) {
 	defer g.Done()
 	c.run(ctx, op, i)

@@ -455,13 +455,14 @@ func (l *Lock) Release(ctx context.Context) error {
 	if done == nil {
 		done = []int{} // abandoned before (never: Release abandons first)
 	}
+	c.releaseStarts(l.resource)
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
 	if o.Success {
 		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
-	c.releasedHere(l.resource)
+	c.releaseEnds(l.resource)
 	var err error
 	if !o.Success {
 		kind := ErrUnavailable

@@ -39,6 +39,7 @@ type Client struct {
 	queues     map[string]*queue    // Lock's waiters per resource
 	freeQueues []*queue             // empty queues, for reuse
 	held       map[string]int       // locks taken through this client and not released, per resource
+	unheld     map[string]int       // of those, being released (Release on its way: releaseStarts)
 	releasing  map[string]*inFlight // per resource: its last release by this client that returned before every node answered (awaitOwnRelease)
 	nreleasing atomic.Int32         // len(releasing): the attempts' fast path
 
@@ -92,7 +93,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{},
+	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]int{}, unheld: map[string]int{},
 		stop:   make(chan struct{}),
 		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())

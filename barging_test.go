@@ -1,16 +1,104 @@
 package redlock_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
+
+// bargeRig is two clients on three servers: A, whose attempts are counted,
+// and B, whose nodes can hold back its next call (delayedNodes).
+type bargeRig struct {
+	t                   *testing.T
+	servers             []*redistest.Server
+	ctx                 context.Context
+	a, b                *redlock.Client
+	aAttempts, aGranted atomic.Int64
+	bAttempts           atomic.Int64
+	delay               []*delayedNode
+}
+
+func newBargeRig(t *testing.T) *bargeRig {
+	r := &bargeRig{t: t, servers: redistest.StartN(t, 3), ctx: ctxT(t, 30*time.Second)}
+	r.a = dialed(t, r.servers, redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+		r.aAttempts.Add(1)
+		if e.Acquired {
+			r.aGranted.Add(1)
+		}
+	}}))
+	nodes, delay := delayedNodes(t, r.servers)
+	r.delay = delay
+	b, err := redlock.New(nodes, redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) { r.bAttempts.Add(1) }}))
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	r.b = b
+	return r
+}
+
+// lock calls c.Lock on resource in a goroutine; its lock comes on the channel.
+func (r *bargeRig) lock(c *redlock.Client, resource string) chan *redlock.Lock {
+	done := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(r.ctx, resource)
+		assert.NoError(r.t, err)
+		done <- l
+	}()
+	return done
+}
+
+// queueB starts B's Lock on resource, and returns once B is queued,
+// listening, and past the attempt it makes once listening: its next call on
+// every node will be the attempt a release wakes it for, which it holds back.
+func (r *bargeRig) queueB(resource string) (bDone chan *redlock.Lock, held []*delayed) {
+	bDone = r.lock(r.b, resource)
+	require.Eventually(r.t, func() bool { return r.bAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond)
+	waitListening(r.t, r.servers, "redlock:{"+resource+"}")
+	held = make([]*delayed, len(r.delay))
+	for i, d := range r.delay {
+		held[i] = d.delayNext()
+	}
+	return bDone, held
+}
+
+// afterRelease waits for A's next attempt since before, which must not have
+// taken the lock (A was granted once, before), then lets B's held attempt go
+// on: B must get the lock before A's call (aDone), and A after B's release.
+func (r *bargeRig) afterRelease(before int64, held []*delayed, bDone, aDone chan *redlock.Lock, a string) {
+	t := r.t
+	require.Eventually(t, func() bool { return r.aAttempts.Load() > before }, 10*time.Second, time.Millisecond,
+		"%s made no attempt after the release", a)
+	assert.Equal(t, int64(1), r.aGranted.Load(),
+		"%s took the lock at its attempt after the release, while B was queued and woken", a)
+	for _, h := range held {
+		close(h.send)
+	}
+	var lb *redlock.Lock
+	select {
+	case lb = <-bDone:
+	case l := <-aDone:
+		t.Fatalf("%s got the lock before B, queued before it (%s's lock: %v)", a, a, l != nil)
+	case <-r.ctx.Done():
+		t.Fatal("B, queued and woken, never got the lock")
+	}
+	require.NotNil(t, lb)
+	require.NoError(t, lb.Release(r.ctx))
+	select {
+	case l := <-aDone:
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(r.ctx))
+	case <-r.ctx.Done():
+		t.Fatalf("%s never got the lock after B released it", a)
+	}
+}
 
 // A client whose Lock calls keep winning at their first attempt is never
 // refused, so it never learnt that others queue for the resource: each time
@@ -24,69 +112,14 @@ import (
 // releases, and B's woken attempt is held back until A's next Lock call has
 // made its first attempt, which must not take the lock.
 func TestReleaserQueuesBehindWaiters(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	var aAttempts, aGranted atomic.Int64
-	a := dialed(t, servers, redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
-		aAttempts.Add(1)
-		if e.Acquired {
-			aGranted.Add(1)
-		}
-	}}))
-	nodes, delay := delayedNodes(t, servers)
-	var bAttempts atomic.Int64
-	b, err := redlock.New(nodes, redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) { bAttempts.Add(1) }}))
-	require.NoError(t, err)
-	defer b.Close()
-
-	la, err := a.Lock(ctx, "barge")
+	r := newBargeRig(t)
+	la, err := r.a.Lock(r.ctx, "barge")
 	require.NoError(t, err, "A's first attempt: never refused")
-	bDone := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := b.Lock(ctx, "barge")
-		assert.NoError(t, err)
-		bDone <- l
-	}()
-	// B queued, listening, and past the attempt it makes once listening.
-	require.Eventually(t, func() bool { return bAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond)
-	waitListening(t, servers, "redlock:{barge}")
-	held := make([]*delayed, len(delay)) // B's woken attempt, on every node
-	for i, d := range delay {
-		held[i] = d.delayNext()
-	}
-	require.NoError(t, la.Release(ctx))
-
-	before := aAttempts.Load()
-	aDone := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := a.Lock(ctx, "barge")
-		assert.NoError(t, err)
-		aDone <- l
-	}()
-	require.Eventually(t, func() bool { return aAttempts.Load() > before }, 10*time.Second, time.Millisecond,
-		"A's next Lock made no attempt")
-	assert.Equal(t, int64(1), aGranted.Load(),
-		"A's next Lock took the lock at its first attempt, while B was queued and woken")
-	for _, h := range held {
-		close(h.send)
-	}
-	var lb *redlock.Lock
-	select {
-	case lb = <-bDone:
-	case l := <-aDone:
-		t.Fatalf("A got the lock again before B, queued before it (A's lock: %v)", l != nil)
-	case <-ctx.Done():
-		t.Fatal("B, queued and woken, never got the lock")
-	}
-	require.NotNil(t, lb)
-	require.NoError(t, lb.Release(ctx))
-	select {
-	case l := <-aDone:
-		require.NotNil(t, l)
-		require.NoError(t, l.Release(ctx))
-	case <-ctx.Done():
-		t.Fatal("A never got the lock after B released it")
-	}
+	bDone, held := r.queueB("barge")
+	require.NoError(t, la.Release(r.ctx))
+	before := r.aAttempts.Load()
+	aDone := r.lock(r.a, "barge")
+	r.afterRelease(before, held, bDone, aDone, "A's next Lock")
 }
 
 // The same, for a second goroutine of the releasing client: it called Lock
@@ -94,77 +127,110 @@ func TestReleaserQueuesBehindWaiters(t *testing.T) {
 // without queuing on the nodes (that release wakes it), and its attempt
 // after the release took the lock in the gap before the woken head's attempt
 // (14 of 20 rounds ahead of a queued B in a review's probe of 096ed98). The
-// release's word that waiters are queued now makes it queue behind them.
+// release's word that waiters are queued now makes it queue behind them;
+// and while the release is on its way it makes no attempt (its backoff
+// could fire then: 4 runs in 30 took the lock already freed on a majority).
 //
 // Constructed: A1 holds without ever having been refused; A2 waits in A's
 // own queue (its one attempt refused, while A1 holds); B queues; A1
 // releases, and B's woken attempt is held back until A2 has made its next
 // attempt, which must not take the lock.
 func TestReleasersOtherGoroutineQueuesBehindWaiters(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	ctx := ctxT(t, 30*time.Second)
-	var aAttempts, aGranted atomic.Int64
-	a := dialed(t, servers, redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
-		aAttempts.Add(1)
-		if e.Acquired {
-			aGranted.Add(1)
-		}
-	}}))
-	nodes, delay := delayedNodes(t, servers)
-	var bAttempts atomic.Int64
-	b, err := redlock.New(nodes, redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) { bAttempts.Add(1) }}))
-	require.NoError(t, err)
-	defer b.Close()
-
-	la, err := a.Lock(ctx, "barge2")
+	r := newBargeRig(t)
+	la, err := r.a.Lock(r.ctx, "barge2")
 	require.NoError(t, err, "A1's first attempt: never refused")
-	a2Done := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := a.Lock(ctx, "barge2")
-		assert.NoError(t, err)
-		a2Done <- l
-	}()
+	a2Done := r.lock(r.a, "barge2")
 	// A2 is waiting: its first attempt (after a backoff: A holds the lock)
 	// was refused.
-	require.Eventually(t, func() bool { return aAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return r.aAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond,
 		"A2 made no attempt while A1 held the lock")
-	require.Equal(t, int64(1), aGranted.Load())
-	bDone := make(chan *redlock.Lock, 1)
+	require.Equal(t, int64(1), r.aGranted.Load())
+	bDone, held := r.queueB("barge2")
+	before := r.aAttempts.Load()
+	require.NoError(t, la.Release(r.ctx))
+	r.afterRelease(before, held, bDone, a2Done, "A2")
+}
+
+// A waiting call does not wait for its own client's Release to return: a
+// release held up by a paused node (the lock already free on a majority)
+// used to hold it for the whole node timeout once waiters made no attempt
+// while their client released (a review of b7cc723; 3.00 s against 10 ms).
+// Now the release counts as done for them (they queue, if the resource was
+// contended lately) from the moment it is on its way.
+func TestOwnSlowReleaseDoesNotHoldWaiters(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	var attempts atomic.Int64
+	a := dialed(t, servers, redlock.WithNodeTimeout(3*time.Second),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: func(redlock.AttemptEvent) { attempts.Add(1) }}))
+	// Granted on nodes 0 and 1 only: node 2 holds a stranger's key, which
+	// then expires. Node 0 paused, the release is undecided (1 yes, 1 no)
+	// until node 0's call times out, the lock free on nodes 1 and 2.
+	const key = "redlock:{slowrel}"
+	_, err := servers[2].Do("SET", key, "stranger", "PX", 300)
+	require.NoError(t, err)
+	l1, err := a.Lock(ctx, "slowrel")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := redis.Int(servers[2].Do("EXISTS", key))
+		return err == nil && n == 0
+	}, 5*time.Second, time.Millisecond)
+	got := make(chan time.Time, 1)
 	go func() {
-		l, err := b.Lock(ctx, "barge2")
-		assert.NoError(t, err)
-		bDone <- l
+		l2, err := a.Lock(ctx, "slowrel")
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			_ = l2
+		}
 	}()
-	require.Eventually(t, func() bool { return bAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond)
-	waitListening(t, servers, "redlock:{barge2}")
-	held := make([]*delayed, len(delay)) // B's woken attempt, on every node
-	for i, d := range delay {
-		held[i] = d.delayNext()
-	}
-	before := aAttempts.Load()
-	require.NoError(t, la.Release(ctx))
-	require.Eventually(t, func() bool { return aAttempts.Load() > before }, 10*time.Second, time.Millisecond,
-		"A2 made no attempt after A1's release")
-	assert.Equal(t, int64(1), aGranted.Load(),
-		"A2 took the lock at its attempt after A1's release, while B was queued and woken")
-	for _, h := range held {
-		close(h.send)
-	}
-	var lb *redlock.Lock
+	require.Eventually(t, func() bool { return attempts.Load() >= 3 }, 5*time.Second, time.Millisecond,
+		"the second Lock call made no attempt while the first lock was held")
+	servers[0].Pause()
+	defer servers[0].Resume()
+	start := time.Now()
+	go func() { _ = l1.Release(ctx) }()
 	select {
-	case lb = <-bDone:
-	case l := <-a2Done:
-		t.Fatalf("A2 got the lock before B, queued before it (A2's lock: %v)", l != nil)
+	case at := <-got:
+		assert.Less(t, at.Sub(start), 1500*time.Millisecond,
+			"the waiting call waited for its client's release to give up on the paused node")
 	case <-ctx.Done():
-		t.Fatal("B, queued and woken, never got the lock")
+		t.Fatal("the second Lock call never got the lock")
 	}
-	require.NotNil(t, lb)
-	require.NoError(t, lb.Release(ctx))
-	select {
-	case l := <-a2Done:
-		require.NotNil(t, l)
-		require.NoError(t, l.Release(ctx))
-	case <-ctx.Done():
-		t.Fatal("A2 never got the lock after B released it")
+}
+
+// panicky panics in its first ReleaseFair: a node with a bug.
+type panicky struct {
+	node.Node
+	once atomic.Bool
+}
+
+func (p *panicky) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, bool, error) {
+	if p.once.CompareAndSwap(false, true) {
+		panic("node bug")
 	}
+	return p.Node.ReleaseFair(ctx, key, token, waiter, tell)
+}
+
+// A Release that panics (recovered by the caller, as net/http does) still
+// records its end: the resource's later Lock calls on the client are served
+// once the lock expires (a review of b7cc723: they never attempted again).
+func TestReleasePanicLeavesLockUsable(t *testing.T) {
+	s := redistest.Start(t)
+	n, err := node.Dial(s.URL())
+	require.NoError(t, err)
+	c, err := redlock.New([]node.Node{&panicky{Node: n}}, redlock.WithTTL(500*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := ctxT(t, 30*time.Second)
+	l, err := c.Lock(ctx, "pan")
+	require.NoError(t, err)
+	func() {
+		defer func() { assert.NotNil(t, recover(), "the node's release did not panic") }()
+		_ = l.Release(ctx)
+	}()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l2, err := c.Lock(lctx, "pan")
+	require.NoError(t, err, "the lock expired after 500 ms; Lock did not get it")
+	require.NoError(t, l2.Release(ctx))
 }

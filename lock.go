@@ -456,6 +456,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		done = []int{} // abandoned before (never: Release abandons first)
 	}
 	c.releaseStarts(l.resource)
+	ended := false
+	defer func() {
+		if !ended { // a panic in a node's release (run inline at N=1)
+			c.releaseEnds(l.resource)
+		}
+	}()
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
 	o := call.settle(ctx, call.Wait(ctx))
 	l.setUntil(time.Time{})
@@ -463,6 +469,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
 	c.releaseEnds(l.resource)
+	ended = true
 	var err error
 	if !o.Success {
 		kind := ErrUnavailable

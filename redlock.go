@@ -39,7 +39,7 @@ type Client struct {
 	queues     map[string]*queue    // Lock's waiters per resource
 	freeQueues []*queue             // empty queues, for reuse
 	held       map[string]int       // locks taken through this client and not released, per resource
-	unheld     map[string]int       // of those, being released (Release on its way: releaseStarts)
+	unheld     map[string]int       // of those, being released (Release on its way: releaseStarts, holdsHere)
 	releasing  map[string]*inFlight // per resource: its last release by this client that returned before every node answered (awaitOwnRelease)
 	nreleasing atomic.Int32         // len(releasing): the attempts' fast path
 

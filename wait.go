@@ -137,13 +137,14 @@ func (c *Client) releasedLocked(resource string) {
 // releaseStarts records that Release of a lock on resource taken through
 // this client is on its way to the nodes; releaseEnds that it returned, as
 // releasedHere does, in one step. Meanwhile this client's waiters for the
-// resource make no attempt (ownState): the lock may already be free on a
-// majority, and an attempt then, not queued (this client holds the lock, so
-// its waiters wait for its release, not in the nodes' queues), would take it
-// ahead of the other clients' queued waiters, before the release could tell
-// this client they are there (a review's test of 2bce16b, 6 December 2026:
-// 4 runs in 30). releaseEnds wakes the first of them, whose attempt then
-// queues if the release found others queued.
+// resource count it as released (holdsHere): the lock may already be free on
+// a majority, and an attempt then, not queued (while this client holds the
+// lock its waiters wait for its release, not in the nodes' queues), took it
+// ahead of the other clients' queued waiters (a review's test of 2bce16b, 6
+// December 2026: 4 runs in 30). Such an attempt now queues if the resource
+// was contended lately. (Making no attempt at all until the release returned,
+// as first tried, held the waiters for as long as a release waits for a
+// paused node, and for good after a panic inside it: a second review.)
 func (c *Client) releaseStarts(resource string) {
 	c.qmu.Lock()
 	c.unheld[resource]++
@@ -160,12 +161,13 @@ func (c *Client) releaseEnds(resource string) {
 	c.releasedLocked(resource)
 }
 
-// ownState reports whether a lock on resource taken through this client is
-// held (heldHere), and whether one is being released (releaseStarts).
-func (c *Client) ownState(resource string) (held, releasing bool) {
+// holdsHere reports whether a lock on resource taken through this client is
+// held and not being released (releaseStarts): its waiters then wait for its
+// release rather than queue on the nodes.
+func (c *Client) holdsHere(resource string) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return c.held[resource] > 0, c.unheld[resource] > 0
+	return c.held[resource] > c.unheld[resource]
 }
 
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).
@@ -342,9 +344,8 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
 		// ask the nodes, nor to listen to them (after that, an attempt
-		// now and then: a lock never released expires). While it releases
-		// it, no attempt at all (releaseStarts).
-		if held, releasing := c.ownState(resource); (attempt > 0 || !held) && !releasing {
+		// now and then: a lock never released expires).
+		if attempt > 0 || !c.heldHere(resource) {
 			w.queueIfContended(ctx)
 			l, again, err := w.attempt(ctx)
 			if l != nil || err != nil {
@@ -373,9 +374,10 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 // first: a call that waited for this client's own release (no queue on the
 // nodes while this client holds the lock) learns only from that release
 // that others are queued (issue 26: a second goroutine of the releasing
-// client barged).
+// client barged), or counts that lock as released once its release is on
+// its way (releaseStarts).
 func (w *waiting) queueIfContended(ctx context.Context) {
-	if w.lc.waiter == nil && !w.c.heldHere(w.resource) && w.c.contendedLately(w.resource) {
+	if w.lc.waiter == nil && !w.c.holdsHere(w.resource) && w.c.contendedLately(w.resource) {
 		w.queue(ctx, w.c.nodeClock.ticket(time.Now()))
 	}
 }
@@ -427,7 +429,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		// behind it that reaches every node never be granted.
 		w.yieldPlace()
 	}
-	if w.rw == nil && w.last.Refused > 0 && !c.heldHere(w.resource) {
+	if w.rw == nil && w.last.Refused > 0 && !c.holdsHere(w.resource) {
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
 		// have been released while we subscribed).

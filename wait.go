@@ -165,9 +165,16 @@ func (c *Client) releaseEnds(resource string) {
 // held and not being released (releaseStarts): its waiters then wait for its
 // release rather than queue on the nodes.
 func (c *Client) holdsHere(resource string) bool {
+	holds, _ := c.ownState(resource)
+	return holds
+}
+
+// ownState reports holdsHere, and whether a release of a lock on resource
+// by this client is on its way.
+func (c *Client) ownState(resource string) (holds, releasing bool) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return c.held[resource] > c.unheld[resource]
+	return c.held[resource] > c.unheld[resource], c.unheld[resource] > 0
 }
 
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).
@@ -375,9 +382,15 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 // nodes while this client holds the lock) learns only from that release
 // that others are queued (issue 26: a second goroutine of the releasing
 // client barged), or counts that lock as released once its release is on
-// its way (releaseStarts).
+// its way (releaseStarts), and then queues whatever it knows: the release's
+// word that others are queued comes with the nodes' replies, and an attempt
+// not queued, sent meanwhile, could take the lock the release just freed
+// ahead of them (a third review, 6 December 2026).
 func (w *waiting) queueIfContended(ctx context.Context) {
-	if w.lc.waiter == nil && !w.c.holdsHere(w.resource) && w.c.contendedLately(w.resource) {
+	if w.lc.waiter != nil {
+		return
+	}
+	if holds, releasing := w.c.ownState(w.resource); !holds && (releasing || w.c.contendedLately(w.resource)) {
 		w.queue(ctx, w.c.nodeClock.ticket(time.Now()))
 	}
 }

@@ -141,8 +141,8 @@ func (c *Client) releasedLocked(resource string) {
 // a majority, and an attempt then, not queued (while this client holds the
 // lock its waiters wait for its release, not in the nodes' queues), took it
 // ahead of the other clients' queued waiters (a review's test of 2bce16b, 6
-// December 2026: 4 runs in 30). Such an attempt now queues if the resource
-// was contended lately. (Making no attempt at all until the release returned,
+// December 2026: 4 runs in 30). Such an attempt now queues
+// (queueIfContended). (Making no attempt at all until the release returned,
 // as first tried, held the waiters for as long as a release waits for a
 // paused node, and for good after a panic inside it: a second review.)
 func (c *Client) releaseStarts(resource string) {

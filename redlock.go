@@ -61,7 +61,7 @@ type Client struct {
 }
 
 // poolIdle is how long a goroutine of Client.pool waits for its next node
-// call before it exits.
+// call, at least (at most twice that), before it exits.
 const poolIdle = 2 * time.Second
 
 // New returns a Client over nodes, each an independent Redis instance (no

@@ -1,6 +1,8 @@
 package quorum
 
 import (
+	"context"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,8 +58,8 @@ type task struct {
 type nodeRunner interface{ runNode(i int) }
 
 // NewPool returns a Pool whose goroutines exit once they waited idle for
-// between idle and twice idle.
-func NewPool(idle time.Duration) *Pool { return &Pool{idleFor: idle} }
+// between idle and twice idle (at least a millisecond).
+func NewPool(idle time.Duration) *Pool { return &Pool{idleFor: max(idle, time.Millisecond)} }
 
 // Close makes the waiting goroutines exit, now and once their operation is
 // done. Idempotent.
@@ -100,6 +102,7 @@ func (p *Pool) work(w *worker, t task) {
 	defer p.exited.Add(1)
 	for {
 		t.r.runNode(t.i)
+		pprof.SetGoroutineLabels(context.Background()) // not the last caller's while idle
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

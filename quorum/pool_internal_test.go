@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -140,5 +141,76 @@ func TestPoolLabels(t *testing.T) {
 		// The second Call most often runs on the first's goroutine
 		// (TestPoolReusesGoroutines), labelled "first" until it runs it.
 		require.Eventually(t, p.idleWaiting, 5*time.Second, time.Microsecond)
+	}
+}
+
+// tallyRunner counts every node's runs, some slow.
+type tallyRunner struct {
+	ran []atomic.Int32
+	wg  *sync.WaitGroup
+}
+
+func (r *tallyRunner) runNode(i int) {
+	if i%7 == 0 {
+		time.Sleep(time.Duration(i%300) * time.Microsecond)
+	}
+	r.ran[i].Add(1)
+	r.wg.Done()
+}
+
+// Operations handed over from many goroutines while sweeps end idle
+// goroutines every few hundred µs, and Close comes at a random moment (or
+// never): each runs exactly once, none waits for good, and every goroutine
+// exits (a review's stress test of the second version).
+func TestPoolSweepsAndCloseUnderLoad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 2))
+	for round := range 20 {
+		p := NewPool(time.Duration(50+rng.IntN(500)) * time.Microsecond)
+		const goroutines, each = 8, 300
+		var wg sync.WaitGroup
+		r := &tallyRunner{ran: make([]atomic.Int32, goroutines*each), wg: &wg}
+		wg.Add(goroutines * each)
+		closeAt := int64(-1) // every other round: no Close until the end
+		if round%2 == 0 {
+			closeAt = int64(rng.IntN(goroutines * each))
+		}
+		var handed atomic.Int64
+		var senders sync.WaitGroup
+		for g := range goroutines {
+			pause := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+			senders.Add(1)
+			go func() {
+				defer senders.Done()
+				for i := range each {
+					if handed.Add(1) == closeAt {
+						p.Close()
+					}
+					p.run(task{r, g*each + i})
+					if pause.IntN(30) == 0 {
+						time.Sleep(time.Duration(pause.IntN(600)) * time.Microsecond)
+					}
+				}
+			}()
+		}
+		senders.Wait()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: operations never ran", round)
+		}
+		for i := range r.ran {
+			require.Equal(t, int32(1), r.ran[i].Load(), "round %d: operation %d", round, i)
+		}
+		require.Eventually(t, func() bool { return p.live() == 0 }, 5*time.Second, time.Millisecond,
+			"round %d: goroutines left", round)
+		p.mu.Lock()
+		assert.Empty(t, p.idle, "round %d", round)
+		if closeAt < 0 {
+			assert.Nil(t, p.sweep, "round %d: a sweep pending with nobody idle", round)
+		}
+		p.mu.Unlock()
+		p.Close()
 	}
 }

@@ -228,12 +228,7 @@ func (s *Scripted) acquireArgv(ctx context.Context, c Call, argv []any) (Acquire
 
 // flag runs a call whose reply is 0 or 1.
 func (s *Scripted) flag(ctx context.Context, c Call) (bool, error) {
-	return s.flagArgv(ctx, c, nil)
-}
-
-// flagArgv is flag with c's EVALSHA arguments argv (runArgv).
-func (s *Scripted) flagArgv(ctx context.Context, c Call, argv []any) (bool, error) {
-	n, err := s.intArgv(ctx, c, argv)
+	n, err := s.intArgv(ctx, c, nil)
 	return n == 1, err
 }
 

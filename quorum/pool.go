@@ -37,9 +37,9 @@ type Pool struct {
 	sweep   *time.Timer
 	idleFor time.Duration
 
-	// The tests' window on the goroutines: how many were started, have
-	// exited, and are waiting for an operation.
-	started, exited, waiting atomic.Int64
+	// The tests' window on the goroutines: how many were started and have
+	// exited.
+	started, exited atomic.Int64
 }
 
 // worker is a goroutine of the pool.
@@ -113,10 +113,8 @@ func (p *Pool) work(w *worker, t task) {
 		if p.sweep == nil {
 			p.sweep = time.AfterFunc(p.idleFor, p.sweepIdle)
 		}
-		p.waiting.Add(1)
 		p.mu.Unlock()
 		t = <-w.tasks
-		p.waiting.Add(-1)
 		if t.r == nil {
 			return
 		}
@@ -149,7 +147,11 @@ func (p *Pool) sweepIdle() {
 }
 
 // idleWaiting reports whether a goroutine waits for an operation (tests).
-func (p *Pool) idleWaiting() bool { return p.waiting.Load() > 0 }
+func (p *Pool) idleWaiting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle) > 0
+}
 
 // live returns how many of the pool's goroutines have not exited (tests).
 func (p *Pool) live() int64 { return p.started.Load() - p.exited.Load() }

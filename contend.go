@@ -222,12 +222,9 @@ func (c *Client) sawContention(resource string) {
 	c.contended[resource] = now
 }
 
-// contendedLately reports whether an attempt on resource was refused less
-// than contendedFor ago.
-func (c *Client) contendedLately(resource string) bool {
-	now := c.cfg.clock.Now()
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
+// contendedLocked reports whether, at now, resource was seen contended
+// (sawContention) less than contendedFor ago; c.qmu must be held.
+func (c *Client) contendedLocked(resource string, now time.Time) bool {
 	at, ok := c.contended[resource]
 	return ok && now.Sub(at) <= contendedFor
 }

@@ -165,16 +165,23 @@ func (c *Client) releaseEnds(resource string) {
 // held and not being released (releaseStarts): its waiters then wait for its
 // release rather than queue on the nodes.
 func (c *Client) holdsHere(resource string) bool {
-	holds, _ := c.ownState(resource)
-	return holds
-}
-
-// ownState reports holdsHere, and whether a release of a lock on resource
-// by this client is on its way.
-func (c *Client) ownState(resource string) (holds, releasing bool) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return c.held[resource] > c.unheld[resource], c.unheld[resource] > 0
+	return c.held[resource] > c.unheld[resource]
+}
+
+// shouldQueue reports whether a call on resource that is not a waiter yet
+// queues before its next attempt (queueIfContended): this client does not
+// hold the lock (holdsHere), and its release of it is on its way or the
+// resource was contended lately (contendedLocked), read under one lock.
+func (c *Client) shouldQueue(resource string) bool {
+	now := c.cfg.clock.Now()
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.held[resource] > c.unheld[resource] {
+		return false
+	}
+	return c.unheld[resource] > 0 || c.contendedLocked(resource, now)
 }
 
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).
@@ -390,7 +397,7 @@ func (w *waiting) queueIfContended(ctx context.Context) {
 	if w.lc.waiter != nil {
 		return
 	}
-	if holds, releasing := w.c.ownState(w.resource); !holds && (releasing || w.c.contendedLately(w.resource)) {
+	if w.c.shouldQueue(w.resource) {
 		w.queue(ctx, w.c.nodeClock.ticket(time.Now()))
 	}
 }

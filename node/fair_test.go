@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
 )
 
 // fairQueue drives the waiters' queue of one key on one node.
@@ -222,24 +223,14 @@ func TestFairReleaseWakesTheHead(t *testing.T) {
 func TestQueueMarkOutlivesTheQueue(t *testing.T) {
 	s, n, ctx := dialed(t, 10*time.Second)
 	const key, fence = "redlock:{mark}", "redlock:{mark}:fence"
-	q, qx := node.QueueKeys(key)
+	q, _ := node.QueueKeys(key)
 	mark := node.QueueMarkKey(key)
-	expires := func(k string) int64 {
-		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
-		require.NoError(t, err)
-		return ms // -2: no key; -1: no expiry
-	}
 	withQueue := 0
 	check := func(step string) {
 		t.Helper()
-		qe := expires(q)
-		if qe == -2 {
-			return
+		if checkQueueExpiries(t, s, key, step) {
+			withQueue++
 		}
-		withQueue++
-		require.NotEqual(t, int64(-1), qe, "%s: the queue has no expiry", step)
-		assert.GreaterOrEqual(t, expires(mark), qe, "%s: the mark expires before the queue", step)
-		assert.GreaterOrEqual(t, expires(qx), qe, "%s: the leases expire before the queue", step)
 	}
 	base := time.Now().UnixMicro()
 	leases := []time.Duration{100 * time.Millisecond, 5 * time.Second, time.Second, 20 * time.Second, 300 * time.Millisecond}
@@ -354,15 +345,10 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 	// waiter is dropped only through its lease there (an adversarial
 	// review: the leases' key expired with a crashed head's lease, and the
 	// queue, renewed by the others, kept it at its head for good).
-	expireTime := func(k string) int64 {
-		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
-		require.NoError(t, err)
-		return ms
-	}
 	set(q, lease+20*time.Second)
 	set(qx, lease+5*time.Second)
 	require.False(t, f.acquire("t-w", waiter("w", 2)).OK)
-	assert.GreaterOrEqual(t, expireTime(qx), expireTime(q), "the leases expire before the queue")
+	assert.GreaterOrEqual(t, expireTime(t, s, qx), expireTime(t, s, q), "the leases expire before the queue")
 
 	// The same through the scripts alone (a second review): a waiter with a
 	// short lease queues; a leave gives the leases 10 s; a waiter with a
@@ -375,7 +361,7 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 	require.NoError(t, n.LeaveQueue(ctx, g.key, "gone"))
 	time.Sleep(2 * time.Millisecond) // the leases' expiry goes down from 10 s
 	require.False(t, g.acquire("t-b", node.Waiter{ID: "b", Ticket: 3, Lease: 5 * time.Second}).OK)
-	assert.GreaterOrEqual(t, expireTime(qx2), expireTime(q2), "the leases expire before the queue")
+	assert.GreaterOrEqual(t, expireTime(t, s, qx2), expireTime(t, s, q2), "the leases expire before the queue")
 
 	// Never shortened: a longer expiry (another waiter's longer lease) stays.
 	for _, k := range []string{q, qx, mark} {
@@ -397,38 +383,10 @@ func TestQueueExpiriesLengthenedOnlyWhenLow(t *testing.T) {
 func TestQueueExpiryInvariants(t *testing.T) {
 	s, n, ctx := dialed(t, 30*time.Second)
 	const key = "redlock:{inv}"
-	q, qx := node.QueueKeys(key)
-	mark := node.QueueMarkKey(key)
 	rng := rand.New(rand.NewPCG(26, 6))
-	expireTime := func(k string) int64 { // -2: no key, -1: no expiry
-		ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
-		require.NoError(t, err)
-		return ms
-	}
 	check := func(step int, what string) {
 		t.Helper()
-		members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
-		require.NoError(t, err)
-		qExp, xExp, mExp := expireTime(q), expireTime(qx), expireTime(mark)
-		require.NotEqual(t, int64(-1), qExp, "step %d (%s): the queue has no expiry", step, what)
-		require.NotEqual(t, int64(-1), xExp, "step %d (%s): the leases have no expiry", step, what)
-		if qExp == -2 {
-			require.Empty(t, members)
-			return
-		}
-		require.GreaterOrEqual(t, xExp, qExp, "step %d (%s): the leases expire before the queue", step, what)
-		require.GreaterOrEqual(t, mExp, qExp, "step %d (%s): the mark expires before the queue", step, what)
-		for _, m := range members {
-			dl, err := redis.Int64(s.Do("ZSCORE", qx, m))
-			require.NoError(t, err, "step %d (%s): queued waiter %s has no lease", step, what, m)
-			var now int64
-			tm, err := redis.Int64s(s.Do("TIME"))
-			require.NoError(t, err)
-			now = tm[0]*1000 + tm[1]/1000
-			if dl >= now {
-				require.GreaterOrEqual(t, qExp, dl, "step %d (%s): the queue expires before %s's live lease", step, what, m)
-			}
-		}
+		checkQueueExpiries(t, s, key, fmt.Sprintf("step %d (%s)", step, what))
 	}
 	holder, holderWaiter := "", ""
 	var grants, releases, behind int
@@ -517,4 +475,44 @@ func TestCrashedWaitersDroppedWhileHeld(t *testing.T) {
 		t.Fatal("W was not woken by the release")
 	}
 	assert.True(t, f.acquire("t-w", w).OK, "W, the live head, was refused after the release")
+}
+
+// expireTime returns k's PEXPIRETIME on s: -2 with no key, -1 with no expiry.
+func expireTime(t *testing.T, s *redistest.Server, k string) int64 {
+	t.Helper()
+	ms, err := redis.Int64(s.Do("PEXPIRETIME", k))
+	require.NoError(t, err)
+	return ms
+}
+
+// checkQueueExpiries checks the expiries of key's waiters' queue on s, at
+// step: the queue and the leases always have one; while the queue exists,
+// its mark and the leases expire no sooner, every queued waiter has a
+// lease, and the queue outlives every live one. It reports whether the
+// queue exists.
+func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) bool {
+	t.Helper()
+	q, qx := node.QueueKeys(key)
+	members, err := redis.Strings(s.Do("ZRANGE", q, 0, -1))
+	require.NoError(t, err)
+	qExp, xExp, mExp := expireTime(t, s, q), expireTime(t, s, qx), expireTime(t, s, node.QueueMarkKey(key))
+	require.NotEqual(t, int64(-1), qExp, "%s: the queue has no expiry", step)
+	require.NotEqual(t, int64(-1), xExp, "%s: the leases have no expiry", step)
+	if qExp == -2 {
+		require.Empty(t, members)
+		return false
+	}
+	require.GreaterOrEqual(t, xExp, qExp, "%s: the leases expire before the queue", step)
+	require.GreaterOrEqual(t, mExp, qExp, "%s: the mark expires before the queue", step)
+	tm, err := redis.Int64s(s.Do("TIME"))
+	require.NoError(t, err)
+	now := tm[0]*1000 + tm[1]/1000
+	for _, m := range members {
+		dl, err := redis.Int64(s.Do("ZSCORE", qx, m))
+		require.NoError(t, err, "%s: queued waiter %s has no lease", step, m)
+		if dl >= now {
+			require.GreaterOrEqual(t, qExp, dl, "%s: the queue expires before %s's live lease", step, m)
+		}
+	}
+	return true
 }

@@ -315,3 +315,47 @@ func TestGoroutineDuringOwnReleaseQueues(t *testing.T) {
 	}
 	r.afterRelease(before, held, bDone, a3Done, "A3")
 }
+
+// A client whose lock expired without a Release queues for the resource
+// like any other: the expired lock counted as held for good, so its later
+// Lock calls there never queued on the nodes (they polled, and could take
+// the lock ahead of the waiters queued there), and waited first for a
+// release of their own that would never come (older than 6 December 2026,
+// found by a review of the waiting path).
+//
+// Constructed: A's lock expires unreleased; B holds the lock; A's next Lock
+// call, refused, must queue on the node.
+func TestExpiredLockDoesNotKeepClientFromQueuing(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	ctx := ctxT(t, 30*time.Second)
+	a := dialed(t, servers)
+	b := dialed(t, servers)
+	const key = "redlock:{expired}"
+	_, err := a.Lock(ctx, "expired", redlock.WithLockTTL(100*time.Millisecond))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := redis.Int(servers[0].Do("EXISTS", key))
+		return err == nil && n == 0
+	}, 5*time.Second, time.Millisecond, "A's lock never expired")
+	lb, err := b.Lock(ctx, "expired")
+	require.NoError(t, err)
+	aDone := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := a.Lock(ctx, "expired")
+		assert.NoError(t, err)
+		aDone <- l
+	}()
+	queue, _ := node.QueueKeys(key)
+	require.Eventually(t, func() bool {
+		n, err := redis.Int(servers[0].Do("ZCARD", queue))
+		return err == nil && n == 1
+	}, 5*time.Second, time.Millisecond, "A, refused, never queued: its expired lock counts as held")
+	require.NoError(t, lb.Release(ctx))
+	select {
+	case l := <-aDone:
+		require.NotNil(t, l)
+		require.NoError(t, l.Release(ctx))
+	case <-ctx.Done():
+		t.Fatal("A never got the lock after B released it")
+	}
+}

@@ -69,6 +69,10 @@ type Lock struct {
 	// lock whose key has watchers (newLock).
 	tell tell
 
+	// heldGen is the gen of the lock's entry in c.held once granted, 0
+	// once released (guarded by c.qmu; Client.tookHere).
+	heldGen uint64
+
 	// args are the acquisition's and the release's script arguments, laid
 	// out once for every node (set up with the lock, its waiter before the
 	// acquisition starts; read-only after).
@@ -289,7 +293,7 @@ func (l *Lock) undoPending(asked []int) bool {
 // granted records a successful acquisition.
 func (l *Lock) granted(call *quorum.Call[node.Acquired], at, until time.Time) {
 	l.acquire, l.acquiredAt, l.until = call, at, until
-	l.c.tookHere(l.resource)
+	l.c.tookHere(l)
 }
 
 func (l *Lock) isReleased() bool {
@@ -409,7 +413,9 @@ func (l *Lock) extend(ctx context.Context) error {
 	cancel()
 	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
-		l.setUntil(start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor)))
+		next := start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
+		l.setUntil(next)
+		c.extendedHere(l, next)
 		c.log(ctx, slog.LevelDebug, "lock extended", l.key, l.token, "agreed", o.Yes)
 		return nil
 	}
@@ -455,11 +461,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if done == nil {
 		done = []int{} // abandoned before (never: Release abandons first)
 	}
-	c.releaseStarts(l.resource)
+	started := c.releaseStarts(l)
 	ended := false
 	defer func() {
 		if !ended { // a panic in a node's release (run inline at N=1)
-			c.releaseEnds(l.resource)
+			c.releaseEnds(l, started)
 		}
 	}()
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
@@ -468,7 +474,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if o.Success {
 		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
-	c.releaseEnds(l.resource)
+	c.releaseEnds(l, started)
 	ended = true
 	var err error
 	if !o.Success {
@@ -511,5 +517,5 @@ func (l *Lock) abandonAndWait() {
 func (l *Lock) abandon() {
 	l.markReleased()
 	l.c.abandonAcquire(l.acquire, l)
-	l.c.releasedHere(l.resource)
+	l.c.releasedHere(l)
 }

@@ -101,73 +101,169 @@ func (c *Client) freeQueue(q *queue) {
 	c.freeQueues = append(c.freeQueues, q)
 }
 
-// heldHere reports whether a lock on resource taken through this client is
-// held (not yet released): then an attempt is bound to fail.
-func (c *Client) heldHere(resource string) bool {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	return c.held[resource] > 0
+// heldLocks counts the locks on one resource taken through this client and
+// not released (Client.held).
+type heldLocks struct {
+	n         int       // taken and not released
+	releasing int       // of those, with Release on its way (releaseStarts)
+	until     time.Time // the latest end of validity among them (c.cfg.clock)
+	gen       uint64    // tells the entry from an earlier one of the resource, swept (Lock.heldGen)
 }
 
-// tookHere records a lock taken through this client.
-func (c *Client) tookHere(resource string) {
+// live reports whether e counts a lock that may still be held at now: a
+// lock whose validity ended is never extended again (Extend refuses it), so
+// past until none of e's locks is held, whether or not it is ever released.
+// (Until 6 December 2026 a lock left to expire counted as held for good:
+// that client's later Lock calls on the resource never queued, and its
+// entry was never freed: a job that takes locks as TTLs and never releases
+// them leaked one per resource.)
+func (e heldLocks) live(now time.Time) bool { return e.n > 0 && now.Before(e.until) }
+
+// heldSweepMin is the least size of Client.held that makes tookHere drop
+// the entries whose locks all expired (sweepHeld); after a sweep the next is
+// at twice the size left, so the work stays constant per lock taken.
+const heldSweepMin = 64
+
+// heldHere reports whether a lock on resource taken through this client is
+// held (not yet released, and not expired): then an attempt is bound to
+// fail.
+func (c *Client) heldHere(resource string) bool {
+	now := c.cfg.clock.Now()
 	c.qmu.Lock()
-	c.held[resource]++
-	c.qmu.Unlock()
+	defer c.qmu.Unlock()
+	return c.held[resource].live(now)
+}
+
+// tookHere records a lock taken through this client, valid until l.until.
+func (c *Client) tookHere(l *Lock) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.countHeld(l, l.until)
+}
+
+// countHeld counts l, valid until until, in its resource's entry of c.held;
+// c.qmu must be held.
+func (c *Client) countHeld(l *Lock, until time.Time) {
+	e, ok := c.held[l.resource]
+	if !ok {
+		if len(c.held) >= c.heldSweep {
+			c.sweepHeld(c.cfg.clock.Now())
+		}
+		c.heldGen++
+		e.gen = c.heldGen
+	}
+	e.n++
+	if until.After(e.until) {
+		e.until = until
+	}
+	c.held[l.resource] = e
+	l.heldGen = e.gen
+}
+
+// sweepHeld drops the entries of c.held whose locks all expired at now and
+// are not being released; c.qmu must be held. Their locks' later releases
+// find their entry gone (counted), and count nothing.
+func (c *Client) sweepHeld(now time.Time) {
+	for r, e := range c.held {
+		if e.releasing == 0 && !now.Before(e.until) {
+			delete(c.held, r)
+		}
+	}
+	c.heldSweep = max(heldSweepMin, 2*len(c.held))
+}
+
+// extendedHere records that l, taken through this client, is valid until
+// until (an Extend succeeded). A lock whose entry was swept meanwhile (its
+// Extend started before its validity ended, and returned after) is counted
+// again.
+func (c *Client) extendedHere(l *Lock, until time.Time) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if e, ok := c.counted(l); ok {
+		if until.After(e.until) {
+			e.until = until
+			c.held[l.resource] = e
+		}
+		return
+	}
+	if l.heldGen != 0 { // swept; not released (Release sets heldGen to 0)
+		c.countHeld(l, until)
+	}
+}
+
+// counted returns l's entry in c.held, and false if it has none (released,
+// or swept); c.qmu must be held.
+func (c *Client) counted(l *Lock) (heldLocks, bool) {
+	e, ok := c.held[l.resource]
+	return e, ok && l.heldGen != 0 && e.gen == l.heldGen
 }
 
 // releasedHere records that a lock taken through this client was released, and
 // wakes the first of this client's waiters for the resource at once.
-func (c *Client) releasedHere(resource string) {
+func (c *Client) releasedHere(l *Lock) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	c.releasedLocked(resource)
+	c.releasedLocked(l)
 }
 
 // releasedLocked is releasedHere with c.qmu held.
-func (c *Client) releasedLocked(resource string) {
-	if c.held[resource]--; c.held[resource] <= 0 {
-		delete(c.held, resource)
+func (c *Client) releasedLocked(l *Lock) {
+	if e, ok := c.counted(l); ok {
+		if e.n--; e.n <= 0 {
+			delete(c.held, l.resource)
+		} else {
+			c.held[l.resource] = e
+		}
 	}
-	if q := c.queues[resource]; q != nil {
+	l.heldGen = 0
+	if q := c.queues[l.resource]; q != nil {
 		poke(q.poke)
 	}
 }
 
-// releaseStarts records that Release of a lock on resource taken through
-// this client is on its way to the nodes; releaseEnds that it returned, as
-// releasedHere does, in one step. Meanwhile this client's waiters for the
-// resource count it as released (holdsHere): the lock may already be free on
-// a majority, and an attempt then, not queued (while this client holds the
-// lock its waiters wait for its release, not in the nodes' queues), took it
-// ahead of the other clients' queued waiters (a review's test of 2bce16b, 6
-// December 2026: 4 runs in 30). Such an attempt now queues
-// (queueIfContended). (Making no attempt at all until the release returned,
-// as first tried, held the waiters for as long as a release waits for a
-// paused node, and for good after a panic inside it: a second review.)
-func (c *Client) releaseStarts(resource string) {
-	c.qmu.Lock()
-	c.unheld[resource]++
-	c.qmu.Unlock()
-}
-
-// releaseEnds: see releaseStarts.
-func (c *Client) releaseEnds(resource string) {
+// releaseStarts records that Release of l, taken through this client, is on
+// its way to the nodes; releaseEnds that it returned, as releasedHere does,
+// in one step. Meanwhile this client's waiters for the resource count it as
+// released (holdsHere): the lock may already be free on a majority, and an
+// attempt then, not queued (while this client holds the lock its waiters
+// wait for its release, not in the nodes' queues), took it ahead of the
+// other clients' queued waiters (a review's test of 2bce16b, 6 December
+// 2026: 4 runs in 30). Such an attempt now queues (queueIfContended).
+// (Making no attempt at all until the release returned, as first tried, held
+// the waiters for as long as a release waits for a paused node, and for good
+// after a panic inside it: a second review.) It reports whether l was
+// counted (not swept as expired), for releaseEnds.
+func (c *Client) releaseStarts(l *Lock) bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if c.unheld[resource]--; c.unheld[resource] <= 0 {
-		delete(c.unheld, resource)
+	e, ok := c.counted(l)
+	if ok {
+		e.releasing++
+		c.held[l.resource] = e
 	}
-	c.releasedLocked(resource)
+	return ok
+}
+
+// releaseEnds: see releaseStarts; started is what it returned.
+func (c *Client) releaseEnds(l *Lock, started bool) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if e, ok := c.counted(l); started && ok {
+		e.releasing--
+		c.held[l.resource] = e
+	}
+	c.releasedLocked(l)
 }
 
 // holdsHere reports whether a lock on resource taken through this client is
-// held and not being released (releaseStarts): its waiters then wait for its
-// release rather than queue on the nodes.
+// held (not expired) and not being released (releaseStarts): its waiters
+// then wait for its release rather than queue on the nodes.
 func (c *Client) holdsHere(resource string) bool {
+	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return c.held[resource] > c.unheld[resource]
+	e := c.held[resource]
+	return e.live(now) && e.n > e.releasing
 }
 
 // shouldQueue reports whether a call on resource that is not a waiter yet
@@ -178,10 +274,11 @@ func (c *Client) shouldQueue(resource string) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if c.held[resource] > c.unheld[resource] {
+	e := c.held[resource]
+	if e.live(now) && e.n > e.releasing {
 		return false
 	}
-	return c.unheld[resource] > 0 || c.contendedLocked(resource, now)
+	return e.releasing > 0 || c.contendedLocked(resource, now)
 }
 
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/clock"
 	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
@@ -321,41 +323,135 @@ func TestGoroutineDuringOwnReleaseQueues(t *testing.T) {
 // Lock calls there never queued on the nodes (they polled, and could take
 // the lock ahead of the waiters queued there), and waited first for a
 // release of their own that would never come (older than 6 December 2026,
-// found by a review of the waiting path).
+// found by a review of the waiting path). Also when the client locked and
+// released the resource again meanwhile: the expired lock then counted
+// again until that lock's validity ended (a review of b2be547).
 //
 // Constructed: A's lock expires unreleased; B holds the lock; A's next Lock
 // call, refused, must queue on the node.
 func TestExpiredLockDoesNotKeepClientFromQueuing(t *testing.T) {
-	servers := redistest.StartN(t, 1)
-	ctx := ctxT(t, 30*time.Second)
-	a := dialed(t, servers)
-	b := dialed(t, servers)
-	const key = "redlock:{expired}"
-	_, err := a.Lock(ctx, "expired", redlock.WithLockTTL(100*time.Millisecond))
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		n, err := redis.Int(servers[0].Do("EXISTS", key))
-		return err == nil && n == 0
-	}, 5*time.Second, time.Millisecond, "A's lock never expired")
-	lb, err := b.Lock(ctx, "expired")
-	require.NoError(t, err)
-	aDone := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := a.Lock(ctx, "expired")
-		assert.NoError(t, err)
-		aDone <- l
-	}()
-	queue, _ := node.QueueKeys(key)
-	require.Eventually(t, func() bool {
-		n, err := redis.Int(servers[0].Do("ZCARD", queue))
-		return err == nil && n == 1
-	}, 5*time.Second, time.Millisecond, "A, refused, never queued: its expired lock counts as held")
-	require.NoError(t, lb.Release(ctx))
-	select {
-	case l := <-aDone:
-		require.NotNil(t, l)
-		require.NoError(t, l.Release(ctx))
-	case <-ctx.Done():
-		t.Fatal("A never got the lock after B released it")
+	for _, tc := range []struct {
+		name  string
+		again bool // A locks and releases the resource once more before B holds it
+	}{{"expired", false}, {"expired, then locked again", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			servers := redistest.StartN(t, 1)
+			ctx := ctxT(t, 30*time.Second)
+			a := dialed(t, servers)
+			b := dialed(t, servers)
+			const key = "redlock:{expired}"
+			_, err := a.Lock(ctx, "expired", redlock.WithLockTTL(100*time.Millisecond))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				n, err := redis.Int(servers[0].Do("EXISTS", key))
+				return err == nil && n == 0
+			}, 5*time.Second, time.Millisecond, "A's lock never expired")
+			if tc.again {
+				l, err := a.Lock(ctx, "expired")
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			}
+			lb, err := b.Lock(ctx, "expired")
+			require.NoError(t, err)
+			aDone := make(chan *redlock.Lock, 1)
+			go func() {
+				l, err := a.Lock(ctx, "expired")
+				assert.NoError(t, err)
+				aDone <- l
+			}()
+			queue, _ := node.QueueKeys(key)
+			require.Eventually(t, func() bool {
+				n, err := redis.Int(servers[0].Do("ZCARD", queue))
+				return err == nil && n == 1
+			}, 5*time.Second, time.Millisecond, "A, refused, never queued: its expired lock counts as held")
+			require.NoError(t, lb.Release(ctx))
+			select {
+			case l := <-aDone:
+				require.NotNil(t, l)
+				require.NoError(t, l.Release(ctx))
+			case <-ctx.Done():
+				t.Fatal("A never got the lock after B released it")
+			}
+		})
 	}
+}
+
+// The Release of a lock whose validity ended (on its client's clock: its
+// key lives on the nodes for the drift allowance longer) and whose entry
+// was swept counts as a release on its way all the same: a goroutine that
+// calls Lock meanwhile queues, behind the other clients' waiters. Uncounted
+// (b2be547), it took the lock the release freed ahead of a queued, woken B
+// (a review: 10 runs in 10).
+//
+// Constructed as TestGoroutineDuringOwnReleaseQueues, with A's clock fake:
+// A's lock expires on it, 64 locks on other resources make A sweep its
+// entries, then A releases it.
+func TestSweptLocksReleaseQueuesOwnGoroutines(t *testing.T) {
+	r := newBargeRig(t)
+	latent := make([]*latentNode, len(r.servers))
+	nodes := make([]node.Node, len(r.servers))
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		latent[i] = &latentNode{Node: n, releasing: make(chan struct{})}
+		nodes[i] = latent[i]
+	}
+	fake := clock.NewFake(time.Now())
+	attempts := make(chan bool, 1000) // whether each attempt on "barge4" took the lock
+	a, err := redlock.New(nodes, redlock.WithClock(fake), redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+		if e.Resource == "barge4" {
+			attempts <- e.Acquired
+		}
+	}}))
+	require.NoError(t, err)
+	defer a.Close()
+
+	la, err := a.Lock(r.ctx, "barge4") // 10 s on the nodes
+	require.NoError(t, err)
+	require.True(t, <-attempts)
+	for i := range 63 { // fill A's entries up to the sweep's threshold
+		_, err := a.Lock(r.ctx, fmt.Sprintf("other%d", i))
+		require.NoError(t, err)
+	}
+	bDone, held := r.queueB("barge4")
+	fake.Advance(11 * time.Second)    // la's validity ended on A's clock
+	_, err = a.Lock(r.ctx, "trigger") // a new entry: the sweep drops la's
+	require.NoError(t, err)
+
+	for _, l := range latent {
+		l.d.Store(int64(20 * time.Millisecond))
+	}
+	relDone := make(chan error, 1)
+	go func() { relDone <- la.Release(r.ctx) }()
+	<-latent[0].releasing // on its way
+	require.Eventually(t, func() bool { // and landed: the lock is free, its replies on their way back
+		n := 0
+		for _, s := range r.servers {
+			if e, err := redis.Int(s.Do("EXISTS", "redlock:{barge4}")); err == nil && e == 0 {
+				n++
+			}
+		}
+		return n == len(r.servers)
+	}, 5*time.Second, time.Millisecond)
+	a3Done := r.lock(a, "barge4")
+	var first bool
+	select {
+	case first = <-attempts:
+	case <-r.ctx.Done():
+		t.Fatal("A3 made no attempt")
+	}
+	require.NoError(t, <-relDone)
+	for _, l := range latent {
+		l.d.Store(0)
+	}
+	for _, h := range held {
+		close(h.send)
+	}
+	assert.False(t, first, "A3, unqueued, took the lock its client's release had just freed while B was queued and woken")
+	lb := <-bDone
+	require.NotNil(t, lb)
+	require.NoError(t, lb.Release(r.ctx))
+	l := <-a3Done
+	require.NotNil(t, l)
+	require.NoError(t, l.Release(r.ctx))
 }

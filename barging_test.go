@@ -143,10 +143,10 @@ func TestReleasersOtherGoroutineQueuesBehindWaiters(t *testing.T) {
 	la, err := r.a.Lock(r.ctx, "barge2")
 	require.NoError(t, err, "A1's first attempt: never refused")
 	a2Done := r.lock(r.a, "barge2")
-	// A2 is waiting: its first attempt (after a backoff: A holds the lock)
-	// was refused.
-	require.Eventually(t, func() bool { return r.aAttempts.Load() >= 2 }, 10*time.Second, time.Millisecond,
-		"A2 made no attempt while A1 held the lock")
+	// A2 is waiting in A's own queue (it makes no attempt while A1 holds
+	// the lock: mayAttempt).
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(r.a, "barge2") == 1 }, 10*time.Second, time.Millisecond,
+		"A2 is not waiting")
 	require.Equal(t, int64(1), r.aGranted.Load())
 	bDone, held := r.queueB("barge2")
 	before := r.aAttempts.Load()
@@ -186,8 +186,8 @@ func TestOwnSlowReleaseDoesNotHoldWaiters(t *testing.T) {
 			_ = l2
 		}
 	}()
-	require.Eventually(t, func() bool { return attempts.Load() >= 3 }, 5*time.Second, time.Millisecond,
-		"the second Lock call made no attempt while the first lock was held")
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "slowrel") == 1 }, 5*time.Second, time.Millisecond,
+		"the second Lock call is not waiting")
 	servers[0].Pause()
 	defer servers[0].Resume()
 	start := time.Now()
@@ -423,7 +423,7 @@ func TestSweptLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 	}
 	relDone := make(chan error, 1)
 	go func() { relDone <- la.Release(r.ctx) }()
-	<-latent[0].releasing // on its way
+	<-latent[0].releasing               // on its way
 	require.Eventually(t, func() bool { // and landed: the lock is free, its replies on their way back
 		n := 0
 		for _, s := range r.servers {
@@ -454,4 +454,106 @@ func TestSweptLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 	l := <-a3Done
 	require.NotNil(t, l)
 	require.NoError(t, l.Release(r.ctx))
+}
+
+// pollNode holds back a client's plain acquisitions, once armed: each waits
+// for send before it goes to the node, and is announced on sent first.
+type pollNode struct {
+	node.Node
+	armed atomic.Bool
+	sent  chan struct{} // an acquisition is held back
+	send  chan struct{} // closed: held back acquisitions go
+}
+
+func (p *pollNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	if p.armed.Load() {
+		select {
+		case p.sent <- struct{}{}:
+		default:
+		}
+		<-p.send
+	}
+	return p.Node.Acquire(ctx, key, fenceKey, token, ttl)
+}
+
+// A call waiting for its own client's lock makes no attempt until that lock
+// is released (or expires): it used to poll now and then, unqueued, and a
+// poll that reached the nodes after its client's release took the freed lock
+// ahead of the other clients' queued waiters (left open by a review of 6
+// December 2026: the poll's goroutine descheduled for a round trip, or a
+// pool's other connection overtaken).
+//
+// Constructed: A1 holds; A2 waits in A's own queue; B queues; A's plain
+// acquisitions are held back from then on; A1 releases after A2 polled (or
+// 300 ms, when it does not), and A2's held back poll, if any, goes; B's
+// woken attempt is held back until A2 has made an attempt after the
+// release, which must not take the lock.
+func TestPollWhileHoldingDoesNotBarge(t *testing.T) {
+	r := newBargeRig(t)
+	polls := make([]*pollNode, len(r.servers))
+	nodes := make([]node.Node, len(r.servers))
+	send := make(chan struct{})
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		polls[i] = &pollNode{Node: n, sent: make(chan struct{}, 1), send: send}
+		nodes[i] = polls[i]
+	}
+	a, err := redlock.New(nodes, redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+			r.aAttempts.Add(1)
+			if e.Acquired {
+				r.aGranted.Add(1)
+			}
+		}}))
+	require.NoError(t, err)
+	defer a.Close()
+
+	la, err := a.Lock(r.ctx, "barge5")
+	require.NoError(t, err, "A1's first attempt: never refused")
+	a2Done := r.lock(a, "barge5")
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "barge5") == 1 }, 10*time.Second, time.Millisecond,
+		"A2 is not waiting")
+	bDone, held := r.queueB("barge5")
+	for _, p := range polls {
+		p.armed.Store(true)
+	}
+	select {
+	case <-polls[0].sent: // A2 polled while A1 held the lock (before the fix)
+	case <-time.After(300 * time.Millisecond):
+	}
+	before := r.aAttempts.Load()
+	require.NoError(t, la.Release(r.ctx))
+	close(send)
+	r.afterRelease(before, held, bDone, a2Done, "A2")
+}
+
+// A lock its Extend finds lost no longer holds back its client's calls
+// waiting for it (they make no attempt while it is held): they try at once,
+// not when its validity would have ended.
+func TestLostLockFreesOwnWaiters(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	a := dialed(t, servers, redlock.WithTTL(20*time.Second))
+	l1, err := a.Lock(ctx, "lost")
+	require.NoError(t, err)
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := a.Lock(ctx, "lost")
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "lost") == 1 }, 5*time.Second, time.Millisecond)
+	for _, s := range servers { // the lock's keys gone: a wiped node, say
+		_, err := s.Do("DEL", "redlock:{lost}")
+		require.NoError(t, err)
+	}
+	require.ErrorIs(t, l1.Extend(ctx), redlock.ErrLockLost)
+	select {
+	case l2 := <-got:
+		require.NotNil(t, l2)
+		require.NoError(t, l2.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting call still waits for the lost lock's validity to end")
+	}
 }

@@ -386,6 +386,9 @@ func (l *Lock) Extend(ctx context.Context) error {
 	}
 	if errors.Is(err, ErrLockLost) {
 		l.reportLost(err)
+		// Not held any more: this client's calls waiting for it (which make
+		// no attempt while it holds the lock: mayAttempt) try at once.
+		c.releasedHere(l)
 	}
 	return err
 }

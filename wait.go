@@ -124,14 +124,30 @@ func (e heldLocks) live(now time.Time) bool { return e.n > 0 && now.Before(e.unt
 // at twice the size left, so the work stays constant per lock taken.
 const heldSweepMin = 64
 
-// heldHere reports whether a lock on resource taken through this client is
-// held (not yet released, and not expired): then an attempt is bound to
-// fail.
-func (c *Client) heldHere(resource string) bool {
+// mayAttempt reports whether a waiting call on resource makes an attempt
+// now (first: its first; waiter: it is queued on the nodes), rather than
+// waiting for this client's lock on resource to be released or to expire.
+// The first attempt waits while this client holds the lock (its release
+// pokes the call). Later ones wait only while it holds the lock and
+// does not release it (holdsHere), and only for a call not queued: a
+// waiter's attempts renew its lease in the nodes' queues. A call not queued
+// used to make an attempt now and then while its client held the lock (in
+// case that lock expired unreleased; its validity is known now, heldLocks):
+// refused, or, delivered after its client's release, taking the freed lock
+// unqueued ahead of the queued waiters (a barge, left open by a review of 6
+// December 2026; TestPollWhileHoldingDoesNotBarge).
+func (c *Client) mayAttempt(resource string, first, waiter bool) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	return c.held[resource].live(now)
+	e := c.held[resource]
+	switch {
+	case !e.live(now):
+		return true
+	case first:
+		return false
+	}
+	return waiter || e.n <= e.releasing
 }
 
 // tookHere records a lock taken through this client, valid until l.until.
@@ -473,9 +489,8 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 	defer w.stop()
 	for attempt := 0; ; attempt++ {
 		// When this client holds the lock, its release will wake us: no need to
-		// ask the nodes, nor to listen to them (after that, an attempt
-		// now and then: a lock never released expires).
-		if attempt > 0 || !c.heldHere(resource) {
+		// ask the nodes, nor to listen to them (mayAttempt).
+		if c.mayAttempt(resource, attempt == 0, w.lc.waiter != nil) {
 			w.queueIfContended(ctx)
 			l, again, err := w.attempt(ctx)
 			if l != nil || err != nil {

@@ -158,12 +158,18 @@ func TestScriptedSequence(t *testing.T) {
 	_, err = client.TryLock(ctx, "h")
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	awaitReplies("acquire", 6)
-	// 3. Lock gives up after one refused attempt (its context ends).
+	// 3. Lock gives up after one refused attempt (its context ends). It
+	// is another client's, with the same hooks: a Lock call makes no
+	// attempt while its own client holds the lock.
 	step.Store(3)
+	other, err := redlock.Dial(redistest.URLs(servers), redlock.WithHooks(hooks), redlock.WithTTL(5*time.Second),
+		redlock.WithNodeTimeout(2*time.Second))
+	require.NoError(t, err)
 	lockCtx, lockCancel := context.WithTimeout(ctx, 10*time.Second)
 	cancelAfterAttempt.Store(&lockCancel)
-	_, err = client.Lock(lockCtx, "h")
+	_, err = other.Lock(lockCtx, "h")
 	lockCancel()
+	require.NoError(t, other.Close())
 	require.ErrorIs(t, err, redlock.ErrNotAcquired)
 	require.ErrorIs(t, lockCtx.Err(), context.Canceled, "ended by the hook, not by its timeout")
 	awaitReplies("acquire", 9)

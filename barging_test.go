@@ -423,16 +423,8 @@ func TestSweptLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 	}
 	relDone := make(chan error, 1)
 	go func() { relDone <- la.Release(r.ctx) }()
-	<-latent[0].releasing               // on its way
-	require.Eventually(t, func() bool { // and landed: the lock is free, its replies on their way back
-		n := 0
-		for _, s := range r.servers {
-			if e, err := redis.Int(s.Do("EXISTS", "redlock:{barge4}")); err == nil && e == 0 {
-				n++
-			}
-		}
-		return n == len(r.servers)
-	}, 5*time.Second, time.Millisecond)
+	<-latent[0].releasing                               // on its way
+	releasedOnAll(t, r, "redlock:{barge4}", la.Token()) // and landed: its replies on their way back
 	a3Done := r.lock(a, "barge4")
 	var first bool
 	select {

@@ -77,7 +77,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	old := lock("again")
 	fake.Advance(10 * time.Second)
 	c.qmu.Lock()
-	c.sweepHeld(fake.Now())
+	c.sweepHeld(fake.Now(), time.Now())
 	c.qmu.Unlock()
 	_, err = s.Do("DEL", c.lockKey("again")) // as if it expired on the node
 	require.NoError(t, err)
@@ -95,7 +95,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	// again.
 	ext := lock("extended")
 	c.qmu.Lock()
-	c.sweepHeld(fake.Now().Add(time.Minute))
+	c.sweepHeld(fake.Now().Add(time.Minute), time.Now())
 	c.qmu.Unlock()
 	require.False(t, c.holdsHere("extended"))
 	require.NoError(t, ext.Extend(ctx))

@@ -69,9 +69,15 @@ type Lock struct {
 	// lock whose key has watchers (newLock).
 	tell tell
 
-	// heldGen is the gen of the lock's entry in c.held once granted, 0
-	// once released (guarded by c.qmu; Client.tookHere).
-	heldGen uint64
+	// Its place in c.held, guarded by c.qmu (Client.countHeld): the next
+	// lock of the resource there, whether it is there, its validity's end
+	// on the client's clock and on the real one, whether Extend found it
+	// lost, whether its Release is on its way, and whether it ended
+	// (released, or handed back).
+	heldNext                         *Lock
+	heldIn                           bool
+	heldUntil, heldReal              time.Time
+	heldLost, heldReleasing, heldEnd bool
 
 	// args are the acquisition's and the release's script arguments, laid
 	// out once for every node (set up with the lock, its waiter before the
@@ -386,9 +392,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 	}
 	if errors.Is(err, ErrLockLost) {
 		l.reportLost(err)
-		// Not held any more: this client's calls waiting for it (which make
-		// no attempt while it holds the lock: mayAttempt) try at once.
-		c.releasedHere(l)
+		c.lostHere(l)
 	}
 	return err
 }
@@ -464,11 +468,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if done == nil {
 		done = []int{} // abandoned before (never: Release abandons first)
 	}
-	started := c.releaseStarts(l)
+	c.releaseStarts(l)
 	ended := false
 	defer func() {
 		if !ended { // a panic in a node's release (run inline at N=1)
-			c.releaseEnds(l, started)
+			c.releaseEnds(l)
 		}
 	}()
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
@@ -477,7 +481,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if o.Success {
 		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
-	c.releaseEnds(l, started)
+	c.releaseEnds(l)
 	ended = true
 	var err error
 	if !o.Success {

@@ -38,9 +38,8 @@ type Client struct {
 	qmu        sync.Mutex
 	queues     map[string]*queue    // Lock's waiters per resource
 	freeQueues []*queue             // empty queues, for reuse
-	held       map[string]heldLocks // locks taken through this client and not released, per resource (an entry whose locks all expired is swept: heldLocks.live)
-	heldSweep  int                  // len(held) at which tookHere sweeps it next (heldSweepMin)
-	heldGen    uint64               // numbers the entries of held (heldLocks.gen)
+	held       map[string]*Lock     // per resource, the locks taken through this client and not released, linked through Lock.heldNext (countHeld)
+	heldSweep  int                  // len(held) at which a new entry sweeps it first (heldSweepMin)
 	releasing  map[string]*inFlight // per resource: its last release by this client that returned before every node answered (awaitOwnRelease)
 	nreleasing atomic.Int32         // len(releasing): the attempts' fast path
 
@@ -94,7 +93,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	for i := range all {
 		all[i] = i
 	}
-	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]heldLocks{}, heldSweep: heldSweepMin,
+	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]*Lock{}, heldSweep: heldSweepMin,
 		stop:   make(chan struct{}),
 		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())

@@ -101,38 +101,63 @@ func (c *Client) freeQueue(q *queue) {
 	c.freeQueues = append(c.freeQueues, q)
 }
 
-// heldLocks counts the locks on one resource taken through this client and
-// not released (Client.held).
-type heldLocks struct {
-	n         int       // taken and not released
-	releasing int       // of those, with Release on its way (releaseStarts)
-	until     time.Time // the latest end of validity among them (c.cfg.clock)
-	gen       uint64    // tells the entry from an earlier one of the resource, swept (Lock.heldGen)
+// Client.held lists, per resource, the locks taken on it through this
+// client and not released, linked through Lock.heldNext (no allocation per
+// lock). A lock's held* fields are guarded by c.qmu. A lock counts as held
+// until its validity ends (heldUntil on the client's clock, heldReal on the
+// real one: a Clock that stands still, a Fake nobody advances, does not hold
+// waiters for good), unless its Extend found it lost; it counts as being
+// released from its Release's start to its end, whatever its validity (its
+// key outlives that by the drift allowance, and a late extension may have
+// renewed it on a node). (Until 6 December 2026 a lock left to expire
+// counted as held for good: its client's later Lock calls on the resource
+// never queued, and the entry was never freed, a leak for a job that takes
+// locks as TTLs and never releases them. A count per resource with the
+// latest validity among its locks, the first fix, kept a released lock's
+// validity for the locks that remained: a review.)
+
+// heldSweepMin is the least size of Client.held that makes a new entry drop
+// the locks whose validity ended and that are not being released
+// (sweepHeld); after a sweep the next is at twice the size left, so the
+// work stays constant per lock taken.
+const heldSweepMin = 64
+
+// heldAt reports whether l may still be held at now (the client's clock)
+// and real (time.Now()); c.qmu must be held.
+func (l *Lock) heldAt(now, real time.Time) bool {
+	return !l.heldLost && now.Before(l.heldUntil) && real.Before(l.heldReal)
 }
 
-// live reports whether e counts a lock that may still be held at now: a
-// lock whose validity ended is never extended again (Extend refuses it), so
-// past until none of e's locks is held, whether or not it is ever released.
-// (Until 6 December 2026 a lock left to expire counted as held for good:
-// that client's later Lock calls on the resource never queued, and its
-// entry was never freed: a job that takes locks as TTLs and never releases
-// them leaked one per resource.)
-func (e heldLocks) live(now time.Time) bool { return e.n > 0 && now.Before(e.until) }
-
-// heldSweepMin is the least size of Client.held that makes tookHere drop
-// the entries whose locks all expired (sweepHeld); after a sweep the next is
-// at twice the size left, so the work stays constant per lock taken.
-const heldSweepMin = 64
+// heldState reports whether this client may hold a lock on resource (held,
+// being released or not), holds one it is not releasing (holds), and is
+// releasing one (releasing); c.qmu must be held.
+func (c *Client) heldState(resource string, now time.Time) (held, holds, releasing bool) {
+	l := c.held[resource]
+	if l == nil {
+		return false, false, false
+	}
+	real := time.Now()
+	for ; l != nil; l = l.heldNext {
+		if l.heldReleasing {
+			releasing = true
+		}
+		if l.heldAt(now, real) {
+			held = true
+			holds = holds || !l.heldReleasing
+		}
+	}
+	return held, holds, releasing
+}
 
 // mayAttempt reports whether a waiting call on resource makes an attempt
 // now (first: its first; waiter: it is queued on the nodes), rather than
 // waiting for this client's lock on resource to be released or to expire.
-// The first attempt waits while this client holds the lock (its release
-// pokes the call). Later ones wait only while it holds the lock and
-// does not release it (holdsHere), and only for a call not queued: a
-// waiter's attempts renew its lease in the nodes' queues. A call not queued
-// used to make an attempt now and then while its client held the lock (in
-// case that lock expired unreleased; its validity is known now, heldLocks):
+// The first attempt waits while this client may hold the lock (its release
+// pokes the call). Later ones wait only while it holds the lock and does
+// not release it (holdsHere), and only for a call not queued: a waiter's
+// attempts renew its lease in the nodes' queues. A call not queued used to
+// make an attempt now and then while its client held the lock (in case that
+// lock expired unreleased; its validity is known now, Client.held):
 // refused, or, delivered after its client's release, taking the freed lock
 // unqueued ahead of the queued waiters (a barge, left open by a review of 6
 // December 2026; TestPollWhileHoldingDoesNotBarge).
@@ -140,14 +165,11 @@ func (c *Client) mayAttempt(resource string, first, waiter bool) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	e := c.held[resource]
-	switch {
-	case !e.live(now):
-		return true
-	case first:
-		return false
+	held, holds, _ := c.heldState(resource, now)
+	if first {
+		return !held
 	}
-	return waiter || e.n <= e.releasing
+	return waiter || !holds
 }
 
 // tookHere records a lock taken through this client, valid until l.until.
@@ -157,70 +179,100 @@ func (c *Client) tookHere(l *Lock) {
 	c.countHeld(l, l.until)
 }
 
-// countHeld counts l, valid until until, in its resource's entry of c.held;
+// countHeld counts l, valid until until, in c.held, unless it was released;
 // c.qmu must be held.
 func (c *Client) countHeld(l *Lock, until time.Time) {
-	e, ok := c.held[l.resource]
-	if ok && e.releasing == 0 && !e.live(c.cfg.clock.Now()) {
-		// Every lock counted there expired: a fresh entry (their late
-		// releases find another gen, and count nothing). Joined, they
-		// counted again until the new lock's validity ended, and so for
-		// good for a client locking the resource more often than its TTL
-		// (a review of b2be547).
-		delete(c.held, l.resource)
-		e, ok = heldLocks{}, false
+	if l.heldEnd {
+		return
 	}
-	if !ok {
-		if len(c.held) >= c.heldSweep {
-			c.sweepHeld(c.cfg.clock.Now())
-		}
-		c.heldGen++
-		e.gen = c.heldGen
+	l.heldUntil, l.heldReal = until, time.Now().Add(l.ttl)
+	if l.heldIn {
+		return
 	}
-	e.n++
-	if until.After(e.until) {
-		e.until = until
+	head, ok := c.held[l.resource]
+	if !ok && len(c.held) >= c.heldSweep {
+		c.sweepHeld(c.cfg.clock.Now(), time.Now())
+		head = c.held[l.resource]
 	}
-	c.held[l.resource] = e
-	l.heldGen = e.gen
+	l.heldNext, l.heldIn = head, true
+	c.held[l.resource] = l
 }
 
-// sweepHeld drops the entries of c.held whose locks all expired at now and
-// are not being released; c.qmu must be held. Their locks' later releases
-// find their entry gone (counted), and count nothing.
-func (c *Client) sweepHeld(now time.Time) {
-	for r, e := range c.held {
-		if e.releasing == 0 && !now.Before(e.until) {
+// unlinkHeld takes l out of c.held; c.qmu must be held.
+func (c *Client) unlinkHeld(l *Lock) {
+	if !l.heldIn {
+		return
+	}
+	if head := c.held[l.resource]; head == l {
+		if l.heldNext == nil {
+			delete(c.held, l.resource)
+		} else {
+			c.held[l.resource] = l.heldNext
+		}
+	} else {
+		for p := head; p != nil; p = p.heldNext {
+			if p.heldNext == l {
+				p.heldNext = l.heldNext
+				break
+			}
+		}
+	}
+	l.heldNext, l.heldIn = nil, false
+}
+
+// sweepHeld takes out of c.held the locks not held at now (the client's
+// clock) and real (time.Now()) and not being released; c.qmu must be held.
+// A swept lock is counted again if an Extend renews it (it started before
+// the validity ended) or its Release starts.
+func (c *Client) sweepHeld(now, real time.Time) {
+	for r, head := range c.held {
+		var keep, last *Lock
+		for l := head; l != nil; {
+			next := l.heldNext
+			if l.heldReleasing || l.heldAt(now, real) {
+				if last == nil {
+					keep = l
+				} else {
+					last.heldNext = l
+				}
+				last, l.heldNext = l, nil
+			} else {
+				l.heldNext, l.heldIn = nil, false
+			}
+			l = next
+		}
+		if keep == nil {
 			delete(c.held, r)
+		} else {
+			c.held[r] = keep
 		}
 	}
 	c.heldSweep = max(heldSweepMin, 2*len(c.held))
 }
 
 // extendedHere records that l, taken through this client, is valid until
-// until (an Extend succeeded). A lock whose entry was swept meanwhile (its
-// Extend started before its validity ended, and returned after) is counted
-// again.
+// until (an Extend succeeded), and held again if an earlier Extend found
+// it lost.
 func (c *Client) extendedHere(l *Lock, until time.Time) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if e, ok := c.counted(l); ok {
-		if until.After(e.until) {
-			e.until = until
-			c.held[l.resource] = e
-		}
-		return
-	}
-	if l.heldGen != 0 { // swept; not released (Release sets heldGen to 0)
-		c.countHeld(l, until)
-	}
+	l.heldLost = false
+	c.countHeld(l, until)
 }
 
-// counted returns l's entry in c.held, and false if it has none (released,
-// or swept); c.qmu must be held.
-func (c *Client) counted(l *Lock) (heldLocks, bool) {
-	e, ok := c.held[l.resource]
-	return e, ok && l.heldGen != 0 && e.gen == l.heldGen
+// lostHere records that Extend found l lost: it no longer counts as held,
+// and this client's calls waiting for it (which make no attempt while it is
+// held: mayAttempt) try at once. Its Release still counts as a release on
+// its way (a review of the first version, which forgot the lock: its
+// Release, freeing the key that outlives its validity, let an own
+// goroutine's unqueued attempt take the lock ahead of queued waiters).
+func (c *Client) lostHere(l *Lock) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	l.heldLost = true
+	if q := c.queues[l.resource]; q != nil {
+		poke(q.poke)
+	}
 }
 
 // releasedHere records that a lock taken through this client was released, and
@@ -233,14 +285,8 @@ func (c *Client) releasedHere(l *Lock) {
 
 // releasedLocked is releasedHere with c.qmu held.
 func (c *Client) releasedLocked(l *Lock) {
-	if e, ok := c.counted(l); ok {
-		if e.n--; e.n <= 0 {
-			delete(c.held, l.resource)
-		} else {
-			c.held[l.resource] = e
-		}
-	}
-	l.heldGen = 0
+	c.unlinkHeld(l)
+	l.heldReleasing, l.heldEnd = false, true
 	if q := c.queues[l.resource]; q != nil {
 		poke(q.poke)
 	}
@@ -256,39 +302,25 @@ func (c *Client) releasedLocked(l *Lock) {
 // 2026: 4 runs in 30). Such an attempt now queues (queueIfContended).
 // (Making no attempt at all until the release returned, as first tried, held
 // the waiters for as long as a release waits for a paused node, and for good
-// after a panic inside it: a second review.) It reports whether l was
-// counted, for releaseEnds (false once released).
-func (c *Client) releaseStarts(l *Lock) bool {
+// after a panic inside it: a second review.) A lock whose validity ended,
+// swept or found lost, counts as being released all the same: its release
+// may still free its key, which outlives the validity by the drift
+// allowance (a review of b2be547: an own goroutine's unqueued attempt took
+// the lock so freed ahead of the queued waiters, 10 runs in 10).
+func (c *Client) releaseStarts(l *Lock) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	e, ok := c.counted(l)
-	if !ok && l.heldGen != 0 {
-		// Expired, its entry swept or replaced, and not released: its
-		// release may still free the lock on the nodes (its key outlives
-		// its validity by the drift allowance), so it counts as being
-		// released all the same. Uncounted, a goroutine calling Lock
-		// meanwhile took the lock unqueued, ahead of the queued waiters
-		// (a review of b2be547: 10 runs in 10).
+	if l.heldEnd {
+		return
+	}
+	if !l.heldIn {
 		c.countHeld(l, time.Time{})
-		e, ok = c.counted(l)
 	}
-	if ok {
-		e.releasing++
-		c.held[l.resource] = e
-	}
-	return ok
+	l.heldReleasing = true
 }
 
-// releaseEnds: see releaseStarts; started is what it returned.
-func (c *Client) releaseEnds(l *Lock, started bool) {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if e, ok := c.counted(l); started && ok {
-		e.releasing--
-		c.held[l.resource] = e
-	}
-	c.releasedLocked(l)
-}
+// releaseEnds: see releaseStarts.
+func (c *Client) releaseEnds(l *Lock) { c.releasedHere(l) }
 
 // holdsHere reports whether a lock on resource taken through this client is
 // held (not expired) and not being released (releaseStarts): its waiters
@@ -297,8 +329,8 @@ func (c *Client) holdsHere(resource string) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	e := c.held[resource]
-	return e.live(now) && e.n > e.releasing
+	_, holds, _ := c.heldState(resource, now)
+	return holds
 }
 
 // shouldQueue reports whether a call on resource that is not a waiter yet
@@ -309,11 +341,11 @@ func (c *Client) shouldQueue(resource string) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	e := c.held[resource]
-	if e.live(now) && e.n > e.releasing {
+	_, holds, releasing := c.heldState(resource, now)
+	if holds {
 		return false
 	}
-	return e.releasing > 0 || c.contendedLocked(resource, now)
+	return releasing || c.contendedLocked(resource, now)
 }
 
 // maxReleasing bounds the releases remembered as in flight (releaseInFlight).

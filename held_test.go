@@ -1,0 +1,168 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/clock"
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/redistest"
+)
+
+// The Release of a lock that Extend found lost (its validity ended on its
+// client's clock; its key lives on the nodes) counts as a release on its
+// way: a goroutine calling Lock meanwhile queues behind the other clients'
+// waiters. Forgotten at the loss (the first version of the loss's
+// bookkeeping), the release let it take the freed lock unqueued, ahead of a
+// queued, woken B (a review: 10 runs in 10). Constructed as
+// TestSweptLocksReleaseQueuesOwnGoroutines.
+func TestLostLocksReleaseQueuesOwnGoroutines(t *testing.T) {
+	r := newBargeRig(t)
+	latent := make([]*latentNode, len(r.servers))
+	nodes := make([]node.Node, len(r.servers))
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		latent[i] = &latentNode{Node: n, releasing: make(chan struct{})}
+		nodes[i] = latent[i]
+	}
+	fake := clock.NewFake(time.Now())
+	attempts := make(chan bool, 1000) // whether each attempt on "barge6" took the lock
+	a, err := redlock.New(nodes, redlock.WithClock(fake), redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+		if e.Resource == "barge6" {
+			attempts <- e.Acquired
+		}
+	}}))
+	require.NoError(t, err)
+	defer a.Close()
+
+	la, err := a.Lock(r.ctx, "barge6") // 10 s on the nodes
+	require.NoError(t, err)
+	require.True(t, <-attempts)
+	fake.Advance(11 * time.Second)
+	require.ErrorIs(t, la.Extend(r.ctx), redlock.ErrLockLost, "validity ended on A's clock: nothing sent")
+	bDone, held := r.queueB("barge6")
+	for _, l := range latent {
+		l.d.Store(int64(20 * time.Millisecond))
+	}
+	relDone := make(chan error, 1)
+	go func() { relDone <- la.Release(r.ctx) }()
+	<-latent[0].releasing
+	releasedOnAll(t, r, "redlock:{barge6}", la.Token())
+	a3Done := r.lock(a, "barge6")
+	var first bool
+	select {
+	case first = <-attempts:
+	case <-r.ctx.Done():
+		t.Fatal("A3 made no attempt")
+	}
+	<-relDone
+	for _, l := range latent {
+		l.d.Store(0)
+	}
+	for _, h := range held {
+		close(h.send)
+	}
+	assert.False(t, first, "A3, unqueued, took the lock its client's release had just freed while B was queued and woken")
+	lb := <-bDone
+	require.NotNil(t, lb)
+	require.NoError(t, lb.Release(r.ctx))
+	l := <-a3Done
+	require.NotNil(t, l)
+	require.NoError(t, l.Release(r.ctx))
+}
+
+// slowReplyNode delays the replies of releases (the delete lands at once).
+type slowReplyNode struct {
+	node.Node
+	d time.Duration
+}
+
+func (s *slowReplyNode) Release(ctx context.Context, key, token string, tell bool) (bool, error) {
+	defer time.Sleep(s.d)
+	return s.Node.Release(ctx, key, token, tell)
+}
+
+func (s *slowReplyNode) ReleaseFair(ctx context.Context, key, token, waiter string, tell bool) (bool, bool, error) {
+	defer time.Sleep(s.d)
+	return s.Node.ReleaseFair(ctx, key, token, waiter, tell)
+}
+
+// Each lock counts as held until its own validity ends: a lock of 300 ms,
+// taken while the client's 10 s lock on the resource was being released and
+// then left to expire, held the client's next Lock call for the 10 s of the
+// released one (a review of a count per resource with the latest validity
+// among its locks).
+func TestHeldUntilIsEachLocksOwn(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	n, err := node.Dial(servers[0].URL())
+	require.NoError(t, err)
+	slow := &slowReplyNode{Node: n}
+	a, err := redlock.New([]node.Node{slow}, redlock.WithTTL(10*time.Second), redlock.WithRetryBackoff(2*time.Millisecond, 50*time.Millisecond))
+	require.NoError(t, err)
+	defer a.Close()
+	ctx := ctxT(t, 30*time.Second)
+
+	l1, err := a.Lock(ctx, "u")
+	require.NoError(t, err)
+	slow.d = 400 * time.Millisecond // set before the release starts
+	relDone := make(chan error, 1)
+	go func() { relDone <- l1.Release(ctx) }()
+	require.Eventually(t, func() bool {
+		e, err := redis.Int(servers[0].Do("EXISTS", "redlock:{u}"))
+		return err == nil && e == 0
+	}, 5*time.Second, time.Millisecond)
+	_, err = a.Lock(ctx, "u", redlock.WithLockTTL(300*time.Millisecond)) // left to expire
+	require.NoError(t, err)
+	select {
+	case <-relDone:
+		t.Fatal("the first lock's release returned before the second lock was granted")
+	default:
+	}
+	require.NoError(t, <-relDone)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l3, err := a.Lock(wctx, "u")
+	require.NoError(t, err, "the third Lock call waited for the released lock's validity")
+	require.NoError(t, l3.Release(ctx))
+}
+
+// A client whose Clock stands still (a Fake nobody advances) is not held
+// back for good by a lock of its own left to expire: such a lock counts as
+// held for its TTL on the real clock at most (a review: the call waited
+// until its context ended, where it used to poll and get the lock once the
+// key expired).
+func TestStoppedClockDoesNotHoldWaiters(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	fake := clock.NewFake(time.Now())
+	a := dialed(t, servers, redlock.WithClock(fake), redlock.WithRetryBackoff(5*time.Millisecond, 50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := a.Lock(ctx, "stopped", redlock.WithLockTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	l, err := a.Lock(ctx, "stopped")
+	require.NoError(t, err, "the second Lock call waited for a lock that expired on the node")
+	require.NoError(t, l.Release(ctx))
+}
+
+// releasedOnAll waits until no server of r holds token in key: a release
+// on its way has landed (B's woken attempt may have come after it, if a
+// poll of B's was the call the rig held back).
+func releasedOnAll(t *testing.T, r *bargeRig, key, token string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range r.servers {
+			v, err := redis.String(s.Do("GET", key))
+			if err != nil && err != redis.ErrNil || v == token {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the release never landed")
+}

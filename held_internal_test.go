@@ -73,6 +73,22 @@ func TestHeldLocksExpire(t *testing.T) {
 		require.True(t, c.holdsHere(l.resource), "a live lock's entry was swept")
 	}
 
+	// One resource locked again and again, never released: its list keeps
+	// only the locks still held.
+	for range 100 {
+		lock("again and again")
+		fake.Advance(10 * time.Second)
+		_, err := s.Do("DEL", c.lockKey("again and again")) // as if it expired on the node
+		require.NoError(t, err)
+	}
+	c.qmu.Lock()
+	listed := 0
+	for l := c.held["again and again"]; l != nil; l = l.heldNext {
+		listed++
+	}
+	c.qmu.Unlock()
+	require.Equal(t, 1, listed, "locks no longer held stay listed")
+
 	// A late Release of a swept lock leaves a newer lock's count alone.
 	old := lock("again")
 	fake.Advance(10 * time.Second)

@@ -190,12 +190,39 @@ func (c *Client) countHeld(l *Lock, until time.Time) {
 		return
 	}
 	head, ok := c.held[l.resource]
-	if !ok && len(c.held) >= c.heldSweep {
+	switch {
+	case ok:
+		// The resource's other locks: those no longer held go (a job
+		// that locks one resource again and again, never releasing,
+		// would make the list grow for good).
+		head = c.pruneHeld(head, c.cfg.clock.Now(), time.Now())
+	case len(c.held) >= c.heldSweep:
 		c.sweepHeld(c.cfg.clock.Now(), time.Now())
-		head = c.held[l.resource]
 	}
 	l.heldNext, l.heldIn = head, true
 	c.held[l.resource] = l
+}
+
+// pruneHeld takes the locks not held at now and real, and not being
+// released, out of the list that starts at head, and returns its new
+// head; c.qmu must be held.
+func (c *Client) pruneHeld(head *Lock, now, real time.Time) *Lock {
+	var keep, last *Lock
+	for l := head; l != nil; {
+		next := l.heldNext
+		if l.heldReleasing || l.heldAt(now, real) {
+			if last == nil {
+				keep = l
+			} else {
+				last.heldNext = l
+			}
+			last, l.heldNext = l, nil
+		} else {
+			l.heldNext, l.heldIn = nil, false
+		}
+		l = next
+	}
+	return keep
 }
 
 // unlinkHeld takes l out of c.held; c.qmu must be held.
@@ -226,22 +253,7 @@ func (c *Client) unlinkHeld(l *Lock) {
 // the validity ended) or its Release starts.
 func (c *Client) sweepHeld(now, real time.Time) {
 	for r, head := range c.held {
-		var keep, last *Lock
-		for l := head; l != nil; {
-			next := l.heldNext
-			if l.heldReleasing || l.heldAt(now, real) {
-				if last == nil {
-					keep = l
-				} else {
-					last.heldNext = l
-				}
-				last, l.heldNext = l, nil
-			} else {
-				l.heldNext, l.heldIn = nil, false
-			}
-			l = next
-		}
-		if keep == nil {
+		if keep := c.pruneHeld(head, now, real); keep == nil {
 			delete(c.held, r)
 		} else {
 			c.held[r] = keep

@@ -40,6 +40,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	c, err := New([]node.Node{n}, WithClock(fake), WithTTL(10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	c.realNow = fake.Now // the keys' lifetime on the same clock (Lock.heldReal)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -56,6 +57,16 @@ func TestHeldLocksExpire(t *testing.T) {
 	fake.Advance(10 * time.Second)
 	require.False(t, heldHere(c, "expired"), "a lock whose validity ended counts as held")
 	require.False(t, c.holdsHere("expired"))
+
+	// Past its validity, a lock's key lives on for the drift allowance: an
+	// attempt of this client's then queues (it would land after that key,
+	// released or expired, is gone).
+	lock("overrun")
+	fake.Advance(9950 * time.Millisecond)
+	require.False(t, heldHere(c, "overrun"))
+	require.True(t, c.shouldQueue("overrun"), "an attempt while the lock's key may live does not queue")
+	fake.Advance(50 * time.Millisecond)
+	require.False(t, c.shouldQueue("overrun"))
 
 	// Many locks never released: the entries of expired ones are swept as
 	// new ones are taken, the live ones kept.
@@ -93,7 +104,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	old := lock("again")
 	fake.Advance(10 * time.Second)
 	c.qmu.Lock()
-	c.sweepHeld(fake.Now(), time.Now())
+	c.sweepHeld(fake.Now())
 	c.qmu.Unlock()
 	_, err = s.Do("DEL", c.lockKey("again")) // as if it expired on the node
 	require.NoError(t, err)
@@ -111,7 +122,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	// again.
 	ext := lock("extended")
 	c.qmu.Lock()
-	c.sweepHeld(fake.Now().Add(time.Minute), time.Now())
+	c.sweepHeld(fake.Now().Add(time.Minute))
 	c.qmu.Unlock()
 	require.False(t, c.holdsHere("extended"))
 	require.NoError(t, ext.Extend(ctx))

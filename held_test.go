@@ -166,3 +166,61 @@ func releasedOnAll(t *testing.T, r *bargeRig, key, token string) {
 		return true
 	}, 5*time.Second, time.Millisecond, "the release never landed")
 }
+
+// A goroutine whose client's lock overran its validity (its key lives on
+// for the drift allowance) queues before its attempt: let go by that
+// validity's end, its poll, unqueued, landed after the holder's late Release
+// had freed the key, and took the lock ahead of B, queued and woken (a
+// review of bb7b3be, 5 runs in 5; also open at 434a842, where such polls
+// were made all along).
+//
+// Constructed: A1 holds; A2 waits in A's own queue; B queues; A's clock
+// passes A1's validity (its key lives 10 s on the nodes); A2's plain
+// acquisitions are held back, if any; A1 releases; B's woken attempt is
+// held back until A2 has made an attempt after the release, which must not
+// take the lock.
+func TestOverrunLocksReleaseQueuesOwnGoroutines(t *testing.T) {
+	r := newBargeRig(t)
+	polls := make([]*pollNode, len(r.servers))
+	nodes := make([]node.Node, len(r.servers))
+	send := make(chan struct{})
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		polls[i] = &pollNode{Node: n, sent: make(chan struct{}, 1), send: send}
+		nodes[i] = polls[i]
+	}
+	fake := clock.NewFake(time.Now())
+	a, err := redlock.New(nodes, redlock.WithClock(fake), redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond),
+		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+			if e.Resource != "overrun" {
+				return
+			}
+			r.aAttempts.Add(1)
+			if e.Acquired {
+				r.aGranted.Add(1)
+			}
+		}}))
+	require.NoError(t, err)
+	defer a.Close()
+
+	la, err := a.Lock(r.ctx, "overrun") // 10 s on the nodes
+	require.NoError(t, err)
+	a2Done := r.lock(a, "overrun")
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "overrun") == 1 }, 10*time.Second, time.Millisecond,
+		"A2 is not waiting")
+	bDone, held := r.queueB("overrun")
+	for _, p := range polls {
+		p.armed.Store(true)
+	}
+	fake.Advance(10 * time.Second) // A1's validity over on A's clock; its key lives
+	select {
+	case <-polls[0].sent: // A2 polled, unqueued (before the fix)
+	case <-time.After(300 * time.Millisecond): // A2 queued: its attempts are not plain ones
+	}
+	before := r.aAttempts.Load()
+	require.NoError(t, la.Release(r.ctx), "A1's key was still there")
+	releasedOnAll(t, r, "redlock:{overrun}", la.Token())
+	close(send)
+	r.afterRelease(before, held, bDone, a2Done, "A2")
+}

@@ -48,6 +48,7 @@ type Client struct {
 
 	waiterGroup string           // fair mode: the waiters' ids' group, random (newWaiter)
 	ticketNow   func() time.Time // a waiter's ticket when no node tells its clock (place.settle); time.Now
+	realNow     func() time.Time // the real clock, whatever cfg.clock is (Lock.heldReal); time.Now
 	nodeClock   nodeClock        // the nodes' clock, as last heard: new waiters' tickets
 	waiterSeq   atomic.Int64     // fair mode: numbers this client's waiters
 	lockSeq     atomic.Uint64    // numbers this client's locks (Lock.seq)
@@ -95,7 +96,7 @@ func newClient(nodes []node.Node, cfg config) (*Client, error) {
 	}
 	c := &Client{nodes: append([]node.Node(nil), nodes...), all: all, cfg: cfg, queues: map[string]*queue{}, held: map[string]*Lock{}, heldSweep: heldSweepMin,
 		stop:   make(chan struct{}),
-		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now}
+		health: make([]*nodeHealth, len(nodes)), contended: map[string]time.Time{}, waiterGroup: newWaiterGroup(), ticketNow: time.Now, realNow: time.Now}
 	c.cleanup, c.cancelCleanup = context.WithCancel(context.Background())
 	c.now = cfg.clock.Now
 	c.pool = quorum.NewPool(poolIdle)

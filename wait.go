@@ -117,28 +117,38 @@ func (c *Client) freeQueue(q *queue) {
 // validity for the locks that remained: a review.)
 
 // heldSweepMin is the least size of Client.held that makes a new entry drop
-// the locks whose validity ended and that are not being released
-// (sweepHeld); after a sweep the next is at twice the size left, so the
+// the locks whose keys can no longer be on the nodes (sweepHeld); after a sweep the next is at twice the size left, so the
 // work stays constant per lock taken.
 const heldSweepMin = 64
 
 // heldAt reports whether l may still be held at now (the client's clock)
-// and real (time.Now()); c.qmu must be held.
+// and real (Client.realNow); c.qmu must be held.
 func (l *Lock) heldAt(now, real time.Time) bool {
 	return !l.heldLost && now.Before(l.heldUntil) && real.Before(l.heldReal)
 }
 
+// mayLive reports whether l's key may still be on the nodes at real
+// (time.Now()), or is being released: then an attempt of this client's,
+// landing once that key is gone, could take the lock ahead of the queued
+// waiters, and so it queues (shouldQueue). A key outlives its lock's
+// validity by the drift allowance: a holder overrunning its validity
+// slightly, then releasing, freed it under a poll of its own client that
+// its validity's end had let go, unqueued (a review of bb7b3be, also open at
+// 434a842: 5 runs in 5). c.qmu must be held.
+func (l *Lock) mayLive(real time.Time) bool { return l.heldReleasing || real.Before(l.heldReal) }
+
 // heldState reports whether this client may hold a lock on resource (held,
-// being released or not), holds one it is not releasing (holds), and is
-// releasing one (releasing); c.qmu must be held.
+// being released or not), holds one it is not releasing (holds), and has
+// one whose key may still be on the nodes (releasing: mayLive); c.qmu must
+// be held.
 func (c *Client) heldState(resource string, now time.Time) (held, holds, releasing bool) {
 	l := c.held[resource]
 	if l == nil {
 		return false, false, false
 	}
-	real := time.Now()
+	real := c.realNow()
 	for ; l != nil; l = l.heldNext {
-		if l.heldReleasing {
+		if l.mayLive(real) {
 			releasing = true
 		}
 		if l.heldAt(now, real) {
@@ -185,7 +195,7 @@ func (c *Client) countHeld(l *Lock, until time.Time) {
 	if l.heldEnd {
 		return
 	}
-	l.heldUntil, l.heldReal = until, time.Now().Add(l.ttl)
+	l.heldUntil, l.heldReal = until, c.realNow().Add(l.ttl)
 	if l.heldIn {
 		return
 	}
@@ -195,22 +205,22 @@ func (c *Client) countHeld(l *Lock, until time.Time) {
 		// The resource's other locks: those no longer held go (a job
 		// that locks one resource again and again, never releasing,
 		// would make the list grow for good).
-		head = c.pruneHeld(head, c.cfg.clock.Now(), time.Now())
+		head = c.pruneHeld(head, c.realNow())
 	case len(c.held) >= c.heldSweep:
-		c.sweepHeld(c.cfg.clock.Now(), time.Now())
+		c.sweepHeld(c.realNow())
 	}
 	l.heldNext, l.heldIn = head, true
 	c.held[l.resource] = l
 }
 
-// pruneHeld takes the locks not held at now and real, and not being
-// released, out of the list that starts at head, and returns its new
+// pruneHeld takes the locks whose keys can no longer be on the nodes at
+// real (mayLive) out of the list that starts at head, and returns its new
 // head; c.qmu must be held.
-func (c *Client) pruneHeld(head *Lock, now, real time.Time) *Lock {
+func (c *Client) pruneHeld(head *Lock, real time.Time) *Lock {
 	var keep, last *Lock
 	for l := head; l != nil; {
 		next := l.heldNext
-		if l.heldReleasing || l.heldAt(now, real) {
+		if l.mayLive(real) {
 			if last == nil {
 				keep = l
 			} else {
@@ -247,13 +257,12 @@ func (c *Client) unlinkHeld(l *Lock) {
 	l.heldNext, l.heldIn = nil, false
 }
 
-// sweepHeld takes out of c.held the locks not held at now (the client's
-// clock) and real (time.Now()) and not being released; c.qmu must be held.
-// A swept lock is counted again if an Extend renews it (it started before
-// the validity ended) or its Release starts.
-func (c *Client) sweepHeld(now, real time.Time) {
+// sweepHeld takes out of c.held the locks whose keys can no longer be on
+// the nodes at real (mayLive); c.qmu must be held. A swept lock is counted
+// again if an Extend renews it or its Release starts.
+func (c *Client) sweepHeld(real time.Time) {
 	for r, head := range c.held {
-		if keep := c.pruneHeld(head, now, real); keep == nil {
+		if keep := c.pruneHeld(head, real); keep == nil {
 			delete(c.held, r)
 		} else {
 			c.held[r] = keep

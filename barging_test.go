@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
-	"github.com/redlock-go/redlock/clock"
 	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
@@ -101,6 +99,48 @@ func (r *bargeRig) afterRelease(before int64, held []*delayed, bDone, aDone chan
 	case <-r.ctx.Done():
 		t.Fatalf("%s never got the lock after B released it", a)
 	}
+}
+
+// newA returns a client over nodes (wrapping r's servers) whose attempts
+// are counted in r, as r.a's are.
+func (r *bargeRig) newA(nodes []node.Node, opts ...redlock.Option) *redlock.Client {
+	a, err := redlock.New(nodes, append(opts, redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
+		r.aAttempts.Add(1)
+		if e.Acquired {
+			r.aGranted.Add(1)
+		}
+	}}))...)
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// latentNodes returns r's servers as latentNodes.
+func (r *bargeRig) latentNodes() ([]*latentNode, []node.Node) {
+	latent := make([]*latentNode, len(r.servers))
+	nodes := make([]node.Node, len(r.servers))
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(r.t, err)
+		latent[i] = &latentNode{Node: n, releasing: make(chan struct{})}
+		nodes[i] = latent[i]
+	}
+	return latent, nodes
+}
+
+// pollNodes returns r's servers as pollNodes whose held back acquisitions
+// go once send is closed.
+func (r *bargeRig) pollNodes() (polls []*pollNode, nodes []node.Node, send chan struct{}) {
+	polls = make([]*pollNode, len(r.servers))
+	nodes = make([]node.Node, len(r.servers))
+	send = make(chan struct{})
+	for i, s := range r.servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(r.t, err)
+		polls[i] = &pollNode{Node: n, sent: make(chan struct{}, 1), send: send}
+		nodes[i] = polls[i]
+	}
+	return polls, nodes, send
 }
 
 // A client whose Lock calls keep winning at their first attempt is never
@@ -279,22 +319,8 @@ func (l *latentNode) ReleaseFair(ctx context.Context, key, token, waiter string,
 // 5, as on c3bf36b).
 func TestGoroutineDuringOwnReleaseQueues(t *testing.T) {
 	r := newBargeRig(t)
-	latent := make([]*latentNode, len(r.servers))
-	nodes := make([]node.Node, len(r.servers))
-	for i, s := range r.servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		latent[i] = &latentNode{Node: n, releasing: make(chan struct{})}
-		nodes[i] = latent[i]
-	}
-	a, err := redlock.New(nodes, redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
-		r.aAttempts.Add(1)
-		if e.Acquired {
-			r.aGranted.Add(1)
-		}
-	}}))
-	require.NoError(t, err)
-	defer a.Close()
+	latent, nodes := r.latentNodes()
+	a := r.newA(nodes)
 
 	la, err := a.Lock(r.ctx, "barge3")
 	require.NoError(t, err, "A1's first attempt: never refused")
@@ -376,78 +402,6 @@ func TestExpiredLockDoesNotKeepClientFromQueuing(t *testing.T) {
 	}
 }
 
-// The Release of a lock whose validity ended (on its client's clock: its
-// key lives on the nodes for the drift allowance longer) and whose entry
-// was swept counts as a release on its way all the same: a goroutine that
-// calls Lock meanwhile queues, behind the other clients' waiters. Uncounted
-// (b2be547), it took the lock the release freed ahead of a queued, woken B
-// (a review: 10 runs in 10).
-//
-// Constructed as TestGoroutineDuringOwnReleaseQueues, with A's clock fake:
-// A's lock expires on it, 64 locks on other resources make A sweep its
-// entries, then A releases it.
-func TestSweptLocksReleaseQueuesOwnGoroutines(t *testing.T) {
-	r := newBargeRig(t)
-	latent := make([]*latentNode, len(r.servers))
-	nodes := make([]node.Node, len(r.servers))
-	for i, s := range r.servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		latent[i] = &latentNode{Node: n, releasing: make(chan struct{})}
-		nodes[i] = latent[i]
-	}
-	fake := clock.NewFake(time.Now())
-	attempts := make(chan bool, 1000) // whether each attempt on "barge4" took the lock
-	a, err := redlock.New(nodes, redlock.WithClock(fake), redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
-		if e.Resource == "barge4" {
-			attempts <- e.Acquired
-		}
-	}}))
-	require.NoError(t, err)
-	defer a.Close()
-
-	la, err := a.Lock(r.ctx, "barge4") // 10 s on the nodes
-	require.NoError(t, err)
-	require.True(t, <-attempts)
-	for i := range 63 { // fill A's entries up to the sweep's threshold
-		_, err := a.Lock(r.ctx, fmt.Sprintf("other%d", i))
-		require.NoError(t, err)
-	}
-	bDone, held := r.queueB("barge4")
-	fake.Advance(11 * time.Second)    // la's validity ended on A's clock
-	_, err = a.Lock(r.ctx, "trigger") // a new entry: the sweep drops la's
-	require.NoError(t, err)
-
-	for _, l := range latent {
-		l.d.Store(int64(20 * time.Millisecond))
-	}
-	relDone := make(chan error, 1)
-	go func() { relDone <- la.Release(r.ctx) }()
-	<-latent[0].releasing                               // on its way
-	releasedOnAll(t, r, "redlock:{barge4}", la.Token()) // and landed: its replies on their way back
-	a3Done := r.lock(a, "barge4")
-	var first bool
-	select {
-	case first = <-attempts:
-	case <-r.ctx.Done():
-		t.Fatal("A3 made no attempt")
-	}
-	require.NoError(t, <-relDone)
-	for _, l := range latent {
-		l.d.Store(0)
-	}
-	for _, h := range held {
-		close(h.send)
-	}
-	assert.False(t, first, "A3, unqueued, took the lock its client's release had just freed while B was queued and woken")
-	lb := <-bDone
-	require.NotNil(t, lb)
-	require.NoError(t, lb.Release(r.ctx))
-	l := <-a3Done
-	require.NotNil(t, l)
-	require.NoError(t, l.Release(r.ctx))
-}
-
 // pollNode holds back a client's plain acquisitions, once armed: each waits
 // for send before it goes to the node, and is announced on sent first.
 type pollNode struct {
@@ -482,24 +436,8 @@ func (p *pollNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl
 // release, which must not take the lock.
 func TestPollWhileHoldingDoesNotBarge(t *testing.T) {
 	r := newBargeRig(t)
-	polls := make([]*pollNode, len(r.servers))
-	nodes := make([]node.Node, len(r.servers))
-	send := make(chan struct{})
-	for i, s := range r.servers {
-		n, err := node.Dial(s.URL())
-		require.NoError(t, err)
-		polls[i] = &pollNode{Node: n, sent: make(chan struct{}, 1), send: send}
-		nodes[i] = polls[i]
-	}
-	a, err := redlock.New(nodes, redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond),
-		redlock.WithHooks(redlock.Hooks{OnAttempt: func(e redlock.AttemptEvent) {
-			r.aAttempts.Add(1)
-			if e.Acquired {
-				r.aGranted.Add(1)
-			}
-		}}))
-	require.NoError(t, err)
-	defer a.Close()
+	polls, nodes, send := r.pollNodes()
+	a := r.newA(nodes, redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond))
 
 	la, err := a.Lock(r.ctx, "barge5")
 	require.NoError(t, err, "A1's first attempt: never refused")

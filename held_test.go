@@ -234,3 +234,63 @@ func TestOverrunLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 	close(send)
 	r.afterRelease(before, held, bDone, a2Done, "A2")
 }
+
+// lateExtendNode's extensions land at once and answer d later.
+type lateExtendNode struct {
+	node.Node
+	d time.Duration
+}
+
+func (n *lateExtendNode) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	ok, err := n.Node.Extend(context.WithoutCancel(ctx), key, token, ttl)
+	time.Sleep(n.d)
+	return ok, err
+}
+
+// An Extend whose replies come after the lock's validity reports it lost,
+// though its extensions landed: the key lives a TTL from then, and the
+// client's calls queue until that has passed too. Counted only from the
+// grant, the key was taken for gone, a call's plain poll landed after the
+// holder's Release and took the lock ahead of a queued, woken B (a review
+// of f62a6d0: 5 runs in 5; also at 04ec666).
+//
+// Real clock, TTL 1 s: A1 extends at 850 ms, the replies 300 ms late; at
+// 1150 ms (past the grant's TTL, the key alive until about 1850 ms) A2
+// calls Lock; its plain acquisitions, if any, are held back; A1 releases;
+// B's next call is held back until A2 has made an attempt after the
+// release, which must not take the lock.
+func TestLateExtensionKeepsOwnCallsQueued(t *testing.T) {
+	r := newBargeRig(t)
+	polls, nodes, send := r.pollNodes()
+	for i := range nodes {
+		nodes[i] = &lateExtendNode{Node: polls[i], d: 300 * time.Millisecond}
+	}
+	a := r.newA(nodes, redlock.WithTTL(time.Second))
+
+	t0 := time.Now()
+	la, err := a.Lock(r.ctx, "late-extend")
+	require.NoError(t, err)
+	bDone, held := r.queueB("late-extend")
+	time.Sleep(time.Until(t0.Add(850 * time.Millisecond)))
+	require.Error(t, la.Extend(r.ctx), "the replies came after the validity")
+	time.Sleep(time.Until(t0.Add(1150 * time.Millisecond)))
+	pttl, err := redis.Int(r.servers[0].Do("PTTL", "redlock:{late-extend}"))
+	require.NoError(t, err)
+	require.Greater(t, pttl, 300, "the extension did not land")
+	for _, p := range polls {
+		p.armed.Store(true)
+	}
+	before := r.aAttempts.Load()
+	a2Done := r.lock(a, "late-extend")
+	select {
+	case <-polls[0].sent: // a plain acquisition (before the fix)
+	case <-time.After(300 * time.Millisecond):
+	}
+	for i, d := range r.delay { // B's next call (a poll, or its woken attempt) held back from now
+		held[i] = d.delayNext()
+	}
+	require.NoError(t, la.Release(r.ctx), "A1's key was still there")
+	releasedOnAll(t, r, "redlock:{late-extend}", la.Token())
+	close(send)
+	r.afterRelease(before, held, bDone, a2Done, "A2")
+}

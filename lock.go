@@ -418,6 +418,7 @@ func (l *Lock) extend(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, until.Sub(start))
 	o := call.Wait(wctx)
 	cancel()
+	c.extensionSent(l)
 	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
 		next := start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))

@@ -195,7 +195,19 @@ func (c *Client) countHeld(l *Lock, until time.Time) {
 	if l.heldEnd {
 		return
 	}
-	l.heldUntil, l.heldReal = until, c.realNow().Add(l.ttl)
+	l.heldUntil = until
+	c.listHeld(l)
+}
+
+// listHeld puts l in c.held, unless it was released, its key alive for a
+// TTL from now at least (mayLive); c.qmu must be held.
+func (c *Client) listHeld(l *Lock) {
+	if l.heldEnd {
+		return
+	}
+	if r := c.realNow().Add(l.ttl); r.After(l.heldReal) {
+		l.heldReal = r
+	}
 	if l.heldIn {
 		return
 	}
@@ -269,6 +281,19 @@ func (c *Client) sweepHeld(real time.Time) {
 		}
 	}
 	c.heldSweep = max(heldSweepMin, 2*len(c.held))
+}
+
+// extensionSent records that an Extend of l was sent to the nodes, whatever
+// it reported: its extensions may have landed, and its key then lives a TTL
+// from about now (mayLive). Replies that come after the lock's validity
+// make Extend report it lost though they extended it: counted from the
+// grant only, the key was taken for gone, and a call's plain poll, landing
+// after the holder's Release, took the lock ahead of the queued waiters (a
+// review of f62a6d0: 5 runs in 5).
+func (c *Client) extensionSent(l *Lock) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.listHeld(l)
 }
 
 // extendedHere records that l, taken through this client, is valid until

@@ -104,31 +104,32 @@ func (c *Client) freeQueue(q *queue) {
 // Client.held lists, per resource, the locks taken on it through this
 // client and not released, linked through Lock.heldNext (no allocation per
 // lock). A lock's held* fields are guarded by c.qmu. A lock counts as held
-// until its validity ends (heldUntil on the client's clock, heldReal on the
-// real one: a Clock that stands still, a Fake nobody advances, does not hold
-// waiters for good), unless its Extend found it lost; it counts as being
-// released from its Release's start to its end, whatever its validity (its
-// key outlives that by the drift allowance, and a late extension may have
-// renewed it on a node). (Until 6 December 2026 a lock left to expire
-// counted as held for good: its client's later Lock calls on the resource
-// never queued, and the entry was never freed, a leak for a job that takes
-// locks as TTLs and never releases them. A count per resource with the
-// latest validity among its locks, the first fix, kept a released lock's
-// validity for the locks that remained: a review.)
+// until its validity ends (heldUntil, on the client's clock) or its Extend
+// finds it lost; its key may still be on the nodes (mayLive) until heldReal,
+// a TTL on the real clock after its grant or its last Extend sent, and
+// while its Release is on its way: meanwhile this client's calls queue
+// before they attempt. (Until 6 December 2026 a lock left to expire counted
+// as held for good: its client's later Lock calls on the resource never
+// queued, and the entry was never freed, a leak for a job that takes locks
+// as TTLs and never releases them. The first fixes, a count per resource
+// with the latest validity among its locks, were found wanting by four
+// reviews: docs/safety.md.)
 
 // heldSweepMin is the least size of Client.held that makes a new entry drop
-// the locks whose keys can no longer be on the nodes (sweepHeld); after a sweep the next is at twice the size left, so the
-// work stays constant per lock taken.
+// the locks whose keys can no longer be on the nodes (sweepHeld); after a
+// sweep the next is at twice the size left, so the work stays constant per
+// lock taken.
 const heldSweepMin = 64
 
 // heldAt reports whether l may still be held at now (the client's clock)
-// and real (Client.realNow); c.qmu must be held.
+// and real (Client.realNow: a Clock that stands still, a Fake nobody
+// advances, does not hold waiters for good); c.qmu must be held.
 func (l *Lock) heldAt(now, real time.Time) bool {
 	return !l.heldLost && now.Before(l.heldUntil) && real.Before(l.heldReal)
 }
 
 // mayLive reports whether l's key may still be on the nodes at real
-// (time.Now()), or is being released: then an attempt of this client's,
+// (Client.realNow), or is being released: then an attempt of this client's,
 // landing once that key is gone, could take the lock ahead of the queued
 // waiters, and so it queues (shouldQueue). A key outlives its lock's
 // validity by the drift allowance: a holder overrunning its validity

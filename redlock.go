@@ -285,7 +285,12 @@ func (c *Client) spawn(f func()) {
 // Lock acquires the lock on resource, retrying with exponential backoff and full
 // jitter until it succeeds or ctx ends. On failure the error wraps ErrNotAcquired
 // and, when ctx ended, ctx.Err(). Lock does not wait for the readers of
-// RLock: on a resource read with RLock, write with WLock.
+// RLock: on a resource read with RLock, write with WLock. While a lock on
+// resource taken through this Client is held (neither released, nor past
+// its validity, nor found lost by Extend), Lock waits for that lock's
+// Release, which wakes it, and makes no attempt meanwhile, unless it is
+// queued on the nodes already (in fair mode, say): its attempts then keep
+// its place there.
 func (c *Client) Lock(ctx context.Context, resource string, opts ...LockOption) (*Lock, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err

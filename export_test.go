@@ -12,3 +12,7 @@ func LocalWaiters(c *Client, resource string) int {
 	}
 	return 0
 }
+
+// HeldSweepMin is heldSweepMin: how many resources a client's list of its
+// locks holds before a new one makes it sweep.
+const HeldSweepMin = heldSweepMin

@@ -13,9 +13,9 @@ import (
 	"github.com/redlock-go/redlock/redistest"
 )
 
-// heldHere reports whether c counts a lock on resource as held: a Lock
-// call's first attempt would wait for its release.
-func heldHere(c *Client, resource string) bool { return !c.mayAttempt(resource, true, false) }
+// firstAttemptWaits reports whether c counts a lock on resource as held: a
+// Lock call's first attempt would wait for its release.
+func firstAttemptWaits(c *Client, resource string) bool { return !c.mayAttempt(resource, true, false) }
 
 // heldCount is the number of resources c counts locks held on.
 func heldCount(c *Client) int {
@@ -51,11 +51,11 @@ func TestHeldLocksExpire(t *testing.T) {
 		return l
 	}
 	lock("expired")
-	require.True(t, heldHere(c, "expired"))
+	require.True(t, firstAttemptWaits(c, "expired"))
 	require.True(t, c.holdsHere("expired"))
 	require.False(t, c.shouldQueue("expired"))
 	fake.Advance(10 * time.Second)
-	require.False(t, heldHere(c, "expired"), "a lock whose validity ended counts as held")
+	require.False(t, firstAttemptWaits(c, "expired"), "held past its validity")
 	require.False(t, c.holdsHere("expired"))
 
 	// Past its validity, a lock's key lives on for the drift allowance: an
@@ -63,7 +63,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	// released or expired, is gone).
 	lock("overrun")
 	fake.Advance(9950 * time.Millisecond)
-	require.False(t, heldHere(c, "overrun"))
+	require.False(t, firstAttemptWaits(c, "overrun"))
 	require.True(t, c.shouldQueue("overrun"), "an attempt while the lock's key may live does not queue")
 	fake.Advance(50 * time.Millisecond)
 	require.False(t, c.shouldQueue("overrun"))
@@ -112,7 +112,7 @@ func TestHeldLocksExpire(t *testing.T) {
 	require.ErrorIs(t, old.Release(ctx), ErrLockLost)
 	require.True(t, c.holdsHere("again"), "the old lock's late Release uncounted the new one")
 	require.NoError(t, newer.Release(ctx))
-	require.False(t, heldHere(c, "again"))
+	require.False(t, firstAttemptWaits(c, "again"))
 	c.qmu.Lock()
 	_, kept := c.held["again"]
 	c.qmu.Unlock()
@@ -128,5 +128,5 @@ func TestHeldLocksExpire(t *testing.T) {
 	require.NoError(t, ext.Extend(ctx))
 	require.True(t, c.holdsHere("extended"), "an extended lock does not count as held")
 	require.NoError(t, ext.Release(ctx))
-	require.False(t, heldHere(c, "extended"))
+	require.False(t, firstAttemptWaits(c, "extended"))
 }

@@ -22,7 +22,7 @@ import (
 // waiters. Uncounted, it took the lock the release freed, unqueued, ahead of
 // a queued, woken B: when the lock's entry was swept as expired (a review
 // of b2be547, 10 runs in 10; a sweep now keeps a lock whose key may still
-// live, so the case checks that it does) and when Extend had found it lost
+// live, which the first case checks) and when Extend had found it lost
 // (a review of b3bddfa, 10 runs in 10).
 //
 // Constructed as TestGoroutineDuringOwnReleaseQueues, with A's clock fake:
@@ -36,9 +36,9 @@ func TestLateReleaseQueuesOwnGoroutines(t *testing.T) {
 		// clock, la A's lock.
 		before, after func(t *testing.T, r *bargeRig, a *redlock.Client, fake *clock.Fake, la *redlock.Lock)
 	}{{
-		name: "swept",
+		name: "sweep keeps it",
 		before: func(t *testing.T, r *bargeRig, a *redlock.Client, _ *clock.Fake, _ *redlock.Lock) {
-			for i := range 63 { // A's locks up to the sweep's threshold
+			for i := range redlock.HeldSweepMin - 1 { // A's locks up to the sweep's threshold
 				_, err := a.Lock(r.ctx, fmt.Sprintf("other%d", i))
 				require.NoError(t, err)
 			}
@@ -224,10 +224,7 @@ func TestOverrunLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 		p.armed.Store(true)
 	}
 	fake.Advance(10 * time.Second) // A1's validity over on A's clock; its key lives
-	select {
-	case <-polls[0].sent: // A2 polled, unqueued (before the fix)
-	case <-time.After(300 * time.Millisecond): // A2 queued: its attempts are not plain ones
-	}
+	awaitPlainOrQueued(t, r, polls[0], "redlock:{overrun}")
 	before := r.aAttempts.Load()
 	require.NoError(t, la.Release(r.ctx), "A1's key was still there")
 	releasedOnAll(t, r, "redlock:{overrun}", la.Token())
@@ -271,6 +268,7 @@ func TestLateExtensionKeepsOwnCallsQueued(t *testing.T) {
 	la, err := a.Lock(r.ctx, "late-extend")
 	require.NoError(t, err)
 	bDone, held := r.queueB("late-extend")
+	require.Less(t, time.Since(t0), 800*time.Millisecond, "setup too slow for the test's timeline")
 	time.Sleep(time.Until(t0.Add(850 * time.Millisecond)))
 	require.Error(t, la.Extend(r.ctx), "the replies came after the validity")
 	time.Sleep(time.Until(t0.Add(1150 * time.Millisecond)))
@@ -282,15 +280,60 @@ func TestLateExtensionKeepsOwnCallsQueued(t *testing.T) {
 	}
 	before := r.aAttempts.Load()
 	a2Done := r.lock(a, "late-extend")
-	select {
-	case <-polls[0].sent: // a plain acquisition (before the fix)
-	case <-time.After(300 * time.Millisecond):
-	}
+	awaitPlainOrQueued(t, r, polls[0], "redlock:{late-extend}")
 	for i, d := range r.delay { // B's next call (a poll, or its woken attempt) held back from now
+		close(held[i].send) // B's call held back since it queued (a poll, if any) goes
 		held[i] = d.delayNext()
 	}
 	require.NoError(t, la.Release(r.ctx), "A1's key was still there")
 	releasedOnAll(t, r, "redlock:{late-extend}", la.Token())
 	close(send)
 	r.afterRelease(before, held, bDone, a2Done, "A2")
+}
+
+// A Release that returns before a majority confirmed it (its ctx ended)
+// leaves its deletes on their way: a goroutine calling Lock then queues, as
+// while the release was on its way, since its attempt could land after
+// them. Unlisted at that return, the lock let such an attempt take the
+// lock ahead of a queued, woken B (a code review of this list; also at
+// 434a842).
+func TestUnconfirmedReleaseQueuesOwnGoroutines(t *testing.T) {
+	r := newBargeRig(t)
+	latent, nodes := r.latentNodes()
+	a := r.newA(nodes)
+
+	la, err := a.Lock(r.ctx, "unconfirmed")
+	require.NoError(t, err, "A1's first attempt: never refused")
+	bDone, held := r.queueB("unconfirmed")
+	for _, l := range latent {
+		l.d.Store(int64(20 * time.Millisecond))
+	}
+	short, cancel := context.WithTimeout(r.ctx, 5*time.Millisecond)
+	defer cancel()
+	require.Error(t, la.Release(short), "the release returned before its deletes landed")
+	before := r.aAttempts.Load()
+	a3Done := r.lock(a, "unconfirmed") // its attempt lands after the deletes (20 ms each way)
+	require.Eventually(t, func() bool { return r.aAttempts.Load() > before }, 10*time.Second, time.Millisecond,
+		"A3 made no attempt")
+	for _, l := range latent {
+		l.d.Store(0)
+	}
+	r.afterRelease(before, held, bDone, a3Done, "A3")
+}
+
+// awaitPlainOrQueued waits until A (whose plain acquisitions p holds back)
+// sent a plain acquisition, or queued behind B on the nodes: the two ways
+// its waiting call can go once its own lock no longer holds it back.
+func awaitPlainOrQueued(t *testing.T, r *bargeRig, p *pollNode, key string) {
+	t.Helper()
+	queue, _ := node.QueueKeys(key)
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.sent:
+			return true
+		default:
+		}
+		n, err := redis.Int(r.servers[0].Do("ZCARD", queue))
+		return err == nil && n == 2
+	}, 10*time.Second, time.Millisecond, "A2 made no attempt")
 }

@@ -71,9 +71,10 @@ type Lock struct {
 
 	// Its place in c.held, guarded by c.qmu (Client.countHeld): the next
 	// lock of the resource there, whether it is there, its validity's end
-	// on the client's clock and on the real one, whether Extend found it
-	// lost, whether its Release is on its way, and whether it ended
-	// (released, or handed back).
+	// on the client's clock (heldUntil), the time on the real clock after
+	// which its key can no longer be on the nodes (heldReal: mayLive),
+	// whether Extend found it lost, whether its Release is on its way, and
+	// whether it ended (released, or handed back).
 	heldNext                         *Lock
 	heldIn                           bool
 	heldUntil, heldReal              time.Time
@@ -473,7 +474,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	ended := false
 	defer func() {
 		if !ended { // a panic in a node's release (run inline at N=1)
-			c.releaseEnds(l)
+			c.releaseEnds(l, false)
 		}
 	}()
 	call := round[struct{}]{op: "release", idx: done, ops: releaseOps{l}, inline: true}.start(ctx, c)
@@ -482,7 +483,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	if o.Success {
 		c.releaseInFlight(l.resource, call.Call, done, l)
 	}
-	c.releaseEnds(l)
+	// Confirmed on a majority, or answered by every node asked: no delete
+	// is left on its way that could free the lock later (releaseEnds).
+	c.releaseEnds(l, o.Success || call.Unanswered() == 0)
 	ended = true
 	var err error
 	if !o.Success {

@@ -104,16 +104,17 @@ func (c *Client) freeQueue(q *queue) {
 // Client.held lists, per resource, the locks taken on it through this
 // client and not released, linked through Lock.heldNext (no allocation per
 // lock). A lock's held* fields are guarded by c.qmu. A lock counts as held
-// until its validity ends (heldUntil, on the client's clock) or its Extend
-// finds it lost; its key may still be on the nodes (mayLive) until heldReal,
-// a TTL on the real clock after its grant or its last Extend sent, and
-// while its Release is on its way: meanwhile this client's calls queue
-// before they attempt. (Until 6 December 2026 a lock left to expire counted
-// as held for good: its client's later Lock calls on the resource never
-// queued, and the entry was never freed, a leak for a job that takes locks
-// as TTLs and never releases them. The first fixes, a count per resource
-// with the latest validity among its locks, were found wanting by four
-// reviews: docs/safety.md.)
+// until its validity ends (heldUntil, on the client's clock), heldReal
+// passes, or its Extend finds it lost; its key may still be on the nodes
+// (mayLive) until heldReal, a TTL on the real clock after its grant or its
+// last Extend's return, and while its Release is on its way or returned
+// unconfirmed: meanwhile this client's calls queue before they attempt.
+// (Until 6 December 2026 a lock left to expire counted as held for good:
+// its client's later Lock calls on the resource never queued, and the entry
+// was never freed, a leak for a job that takes locks as TTLs and never
+// releases them. Two reviews found the first fixes, a count per resource,
+// wanting, and three more the list's first versions: docs/safety.md, "A
+// client's own locks on the waiting path".)
 
 // heldSweepMin is the least size of Client.held that makes a new entry drop
 // the locks whose keys can no longer be on the nodes (sweepHeld); after a
@@ -271,8 +272,8 @@ func (c *Client) unlinkHeld(l *Lock) {
 }
 
 // sweepHeld takes out of c.held the locks whose keys can no longer be on
-// the nodes at real (mayLive); c.qmu must be held. A swept lock is counted
-// again if an Extend renews it or its Release starts.
+// the nodes at real (mayLive); c.qmu must be held. A swept lock is listed
+// again if an Extend of it is sent or its Release starts.
 func (c *Client) sweepHeld(real time.Time) {
 	for r, head := range c.held {
 		if keep := c.pruneHeld(head, real); keep == nil {
@@ -327,11 +328,6 @@ func (c *Client) lostHere(l *Lock) {
 func (c *Client) releasedHere(l *Lock) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	c.releasedLocked(l)
-}
-
-// releasedLocked is releasedHere with c.qmu held.
-func (c *Client) releasedLocked(l *Lock) {
 	c.unlinkHeld(l)
 	l.heldReleasing, l.heldEnd = false, true
 	if q := c.queues[l.resource]; q != nil {
@@ -366,8 +362,23 @@ func (c *Client) releaseStarts(l *Lock) {
 	l.heldReleasing = true
 }
 
-// releaseEnds: see releaseStarts.
-func (c *Client) releaseEnds(l *Lock) { c.releasedHere(l) }
+// releaseEnds: see releaseStarts. done says whether a majority confirmed
+// the release or every node asked answered. If not (ctx ended, nodes that
+// did not answer, a panic), its deletes may still land: the lock stays listed, not held, until its key can no
+// longer be on the nodes (mayLive), and this client's calls queue
+// meanwhile, as while the release was on its way.
+func (c *Client) releaseEnds(l *Lock, done bool) {
+	if done {
+		c.releasedHere(l)
+		return
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	l.heldReleasing, l.heldLost, l.heldEnd = false, true, true
+	if q := c.queues[l.resource]; q != nil {
+		poke(q.poke)
+	}
+}
 
 // holdsHere reports whether a lock on resource taken through this client is
 // held (not expired) and not being released (releaseStarts): its waiters
@@ -382,8 +393,9 @@ func (c *Client) holdsHere(resource string) bool {
 
 // shouldQueue reports whether a call on resource that is not a waiter yet
 // queues before its next attempt (queueIfContended): this client does not
-// hold the lock (holdsHere), and its release of it is on its way or the
-// resource was contended lately (contendedLocked), read under one lock.
+// hold the lock (holdsHere), and a key of its locks may still be on the
+// nodes (mayLive: its release on its way, say) or the resource was
+// contended lately (contendedLocked), read under one lock.
 func (c *Client) shouldQueue(resource string) bool {
 	now := c.cfg.clock.Now()
 	c.qmu.Lock()
@@ -602,7 +614,8 @@ func (c *Client) lockWait(ctx context.Context, resource string, lc lockConfig) (
 // its way (releaseStarts), and then queues whatever it knows: the release's
 // word that others are queued comes with the nodes' replies, and an attempt
 // not queued, sent meanwhile, could take the lock the release just freed
-// ahead of them (a third review, 6 December 2026).
+// ahead of them (a third review, 6 December 2026). The same holds while a
+// key of this client's locks may still be on the nodes at all (mayLive).
 func (w *waiting) queueIfContended(ctx context.Context) {
 	if w.lc.waiter != nil {
 		return

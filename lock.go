@@ -419,15 +419,15 @@ func (l *Lock) extend(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, until.Sub(start))
 	o := call.Wait(wctx)
 	cancel()
-	c.extensionSent(l)
 	validity := clock.Validity(l.ttl, c.cfg.clock.Now().Sub(start), c.cfg.driftFactor)
 	if o.Success && validity > 0 {
 		next := start.Add(l.ttl - clock.Drift(l.ttl, c.cfg.driftFactor))
 		l.setUntil(next)
-		c.extendedHere(l, next)
+		c.extendedHere(l, next) // lists it, as extensionSent does
 		c.log(ctx, slog.LevelDebug, "lock extended", l.key, l.token, "agreed", o.Yes)
 		return nil
 	}
+	c.extensionSent(l)
 	kind := ErrUnavailable
 	if refusedMajority(o, len(c.nodes)) || !c.cfg.clock.Now().Before(until) {
 		kind = ErrLockLost

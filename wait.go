@@ -207,7 +207,8 @@ func (c *Client) listHeld(l *Lock) {
 	if l.heldEnd {
 		return
 	}
-	if r := c.realNow().Add(l.ttl); r.After(l.heldReal) {
+	real := c.realNow()
+	if r := real.Add(l.ttl); r.After(l.heldReal) {
 		l.heldReal = r
 	}
 	if l.heldIn {
@@ -219,9 +220,9 @@ func (c *Client) listHeld(l *Lock) {
 		// The resource's other locks: those no longer held go (a job
 		// that locks one resource again and again, never releasing,
 		// would make the list grow for good).
-		head = c.pruneHeld(head, c.realNow())
+		head = c.pruneHeld(head, real)
 	case len(c.held) >= c.heldSweep:
-		c.sweepHeld(c.realNow())
+		c.sweepHeld(real)
 	}
 	l.heldNext, l.heldIn = head, true
 	c.held[l.resource] = l
@@ -285,8 +286,8 @@ func (c *Client) sweepHeld(real time.Time) {
 	c.heldSweep = max(heldSweepMin, 2*len(c.held))
 }
 
-// extensionSent records that an Extend of l was sent to the nodes, whatever
-// it reported: its extensions may have landed, and its key then lives a TTL
+// extensionSent records that an Extend of l was sent to the nodes and did
+// not succeed (a success is extendedHere): its extensions may have landed, and its key then lives a TTL
 // from about now (mayLive). Replies that come after the lock's validity
 // make Extend report it lost though they extended it: counted from the
 // grant only, the key was taken for gone, and a call's plain poll, landing
@@ -318,7 +319,13 @@ func (c *Client) lostHere(l *Lock) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	l.heldLost = true
-	if q := c.queues[l.resource]; q != nil {
+	c.wakeOwnLocked(l.resource)
+}
+
+// wakeOwnLocked wakes the first of this client's calls waiting in its own
+// queue for resource (mayAttempt); c.qmu must be held.
+func (c *Client) wakeOwnLocked(resource string) {
+	if q := c.queues[resource]; q != nil {
 		poke(q.poke)
 	}
 }
@@ -330,9 +337,7 @@ func (c *Client) releasedHere(l *Lock) {
 	defer c.qmu.Unlock()
 	c.unlinkHeld(l)
 	l.heldReleasing, l.heldEnd = false, true
-	if q := c.queues[l.resource]; q != nil {
-		poke(q.poke)
-	}
+	c.wakeOwnLocked(l.resource)
 }
 
 // releaseStarts records that Release of l, taken through this client, is on
@@ -375,9 +380,7 @@ func (c *Client) releaseEnds(l *Lock, done bool) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	l.heldReleasing, l.heldLost, l.heldEnd = false, true, true
-	if q := c.queues[l.resource]; q != nil {
-		poke(q.poke)
-	}
+	c.wakeOwnLocked(l.resource)
 }
 
 // holdsHere reports whether a lock on resource taken through this client is

@@ -319,25 +319,37 @@ func (l *latentNode) ReleaseFair(ctx context.Context, key, token, waiter string,
 // 5, as on c3bf36b).
 func TestGoroutineDuringOwnReleaseQueues(t *testing.T) {
 	r := newBargeRig(t)
+	r.ownReleaseQueues("barge3", func(la *redlock.Lock, latent []*latentNode) (finish func()) {
+		relDone := make(chan error, 1)
+		go func() { relDone <- la.Release(r.ctx) }()
+		<-latent[0].releasing // on its way
+		// A3's attempt 0 waits (A holds the lock); its next comes after a
+		// backoff of a few ms, the release still on its way (40 ms a node).
+		return func() { require.NoError(t, <-relDone) }
+	})
+}
+
+// ownReleaseQueues is the timeline of the tests of a release of client A's
+// own: A1 holds resource, its nodes 20 ms away once B queued; release
+// releases A1's lock in its way and returns once A3 is to call Lock, and
+// finish, which runs once A3 made an attempt; that attempt must not take
+// the lock ahead of B, queued and woken (afterRelease).
+func (r *bargeRig) ownReleaseQueues(resource string, release func(la *redlock.Lock, latent []*latentNode) (finish func())) {
+	t := r.t
 	latent, nodes := r.latentNodes()
 	a := r.newA(nodes)
-
-	la, err := a.Lock(r.ctx, "barge3")
+	la, err := a.Lock(r.ctx, resource)
 	require.NoError(t, err, "A1's first attempt: never refused")
-	bDone, held := r.queueB("barge3")
+	bDone, held := r.queueB(resource)
 	for _, l := range latent {
 		l.d.Store(int64(20 * time.Millisecond))
 	}
-	relDone := make(chan error, 1)
-	go func() { relDone <- la.Release(r.ctx) }()
-	<-latent[0].releasing // on its way
+	finish := release(la, latent)
 	before := r.aAttempts.Load()
-	a3Done := r.lock(a, "barge3")
-	// A3's attempt 0 waits (A holds the lock); its next comes after a
-	// backoff of a few ms, the release still on its way (40 ms a node).
+	a3Done := r.lock(a, resource)
 	require.Eventually(t, func() bool { return r.aAttempts.Load() > before }, 10*time.Second, time.Millisecond,
 		"A3 made no attempt")
-	require.NoError(t, <-relDone)
+	finish()
 	for _, l := range latent {
 		l.d.Store(0)
 	}

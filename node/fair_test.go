@@ -516,3 +516,70 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 	}
 	return true
 }
+
+// A head in its place takes the lock with nothing else written: the
+// attempt of a waiter woken by a release runs TIME, ZSCORE, ZRANK and the
+// SET NX, and leaves its lease and the expiries as its last attempt left
+// them (issue 26, server commands: it also renewed its lease and read both
+// expiries, 3 commands more per acquisition). A head refused because the
+// lock is held renews its lease as any queued attempt does, and tries the
+// SET NX once.
+func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
+	s, n, ctx := dialed(t, 10*time.Second)
+	const key = "redlock:{head}"
+	_, qx := node.QueueKeys(key)
+	f := fairQueue{t, n, ctx, key, key, time.Now().UnixMicro()}
+	lease := func(id string) int64 {
+		t.Helper()
+		ms, err := redis.Int64(s.Do("ZSCORE", qx, id))
+		require.NoError(t, err)
+		return ms
+	}
+	// calls returns the commands s ran while f ran, INFO and the node's
+	// own PING and HELLO aside.
+	calls := func(f func()) map[string]int64 {
+		t.Helper()
+		before := s.Calls()
+		f()
+		diff := map[string]int64{}
+		for name, c := range s.Calls() {
+			if d := c - before[name]; d > 0 && !strings.HasPrefix(name, "info") && name != "ping" && name != "hello" && name != "client|setinfo" {
+				diff[name] = d
+			}
+		}
+		return diff
+	}
+
+	require.True(t, f.acquire("t-h", waiter("h/1", 1)).OK)
+	require.False(t, f.acquire("t-w", waiter("w/1", 2)).OK)
+	require.False(t, f.acquire("t-x", waiter("x/1", 3)).OK)
+	require.True(t, f.release("t-h", "h/1"))
+	wLease := lease("w/1")
+	time.Sleep(2 * time.Millisecond) // a renewal would move the lease (ms)
+
+	var a node.Acquired
+	ran := calls(func() { a = f.acquire("t-w", waiter("w/1", 2)) })
+	require.True(t, a.OK, "the head was refused a free lock")
+	assert.Equal(t, node.Queued, a.Queue)
+	assert.Equal(t, map[string]int64{"evalsha": 1, "time": 1, "zscore": 1, "zrank": 1, "set": 1}, ran,
+		"the head's granted attempt ran more than TIME, ZSCORE, ZRANK and SET")
+	assert.Equal(t, wLease, lease("w/1"), "the granted head's lease was written")
+	checkQueueExpiries(t, s, key, "the head granted")
+
+	// The holder releases; another client's plain SET takes the lock
+	// before the new head X attempts (acquire.lua grants a free lock to a
+	// call not queued): X is refused at the head, its lease renewed.
+	require.True(t, f.release("t-w", "w/1"))
+	_, err := s.Do("SET", key, "t-other", "PX", 60000)
+	require.NoError(t, err)
+	xLease := lease("x/1")
+	time.Sleep(2 * time.Millisecond)
+	ran = calls(func() { a = f.acquire("t-x", waiter("x/1", 3)) })
+	require.False(t, a.OK, "the head took a held lock")
+	assert.Equal(t, 0, a.Ahead)
+	assert.Equal(t, node.Queued, a.Queue)
+	assert.Equal(t, int64(1), ran["set"], "the refused head tried the SET NX more than once: %v", ran)
+	assert.Equal(t, int64(1), ran["zadd"], "the refused head's lease was not renewed: %v", ran)
+	assert.Greater(t, lease("x/1"), xLease, "the refused head's lease was not renewed")
+	checkQueueExpiries(t, s, key, "the head refused")
+}

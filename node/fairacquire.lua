@@ -19,7 +19,8 @@
 -- dropped when they may stand before the caller; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
 -- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
--- renewed; the SET NX is tried only if the caller is at the head, which stays
+-- renewed, except a head in its place whose SET NX succeeds (it writes nothing
+-- else); the SET NX is tried only if the caller is at the head, which stays
 -- there until it releases the lock or leaves. A caller refused for not being at
 -- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
@@ -51,9 +52,28 @@ end
 local ticket = tonumber(ARGV[4])
 local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
+-- ahead is the caller's place once known; tried is true once the head's SET NX
+-- was refused (the lock is held: it is not tried again below).
+local ahead, tried
 if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
+  else
+    -- In its place: a head (a waiter woken by a release, most often) takes
+    -- the lock with nothing else written. Its lease and the expiries stay as
+    -- its last attempt left them: it leaves the queue at its release, and an
+    -- undo of its grant (the majority failed) leaves it in its place, where
+    -- its next attempt renews them (issue 26, server commands: 3 commands
+    -- fewer per acquisition). A head whose lease lapsed may be dropped while
+    -- it holds the lock: the SET NX still refuses everyone else, and it
+    -- queues again with its ticket (docs/safety.md).
+    ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+    if ahead == 0 then
+      if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+        return {1, f, present, 0, nowus, 1}
+      end
+      tried = true
+    end
   end
 elseif redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
   -- The waiter left the queue (fairleave.lua, fairrelease.lua): this is a
@@ -96,7 +116,7 @@ end
 -- of the change above, 6 December 2026). The releases and leaves only
 -- lengthen the leases' key.
 if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
-local ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
+if not ahead then ahead = redis.call('ZRANK', KEYS[3], ARGV[3]) end
 if ahead > 0 and dropDead() > 0 then
   ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
 end
@@ -110,7 +130,7 @@ if ahead > 0 then
   end
   return {0, f, present, ahead, nowus, 1}
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not tried and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The holder stays at the head until its release takes it out of the queue
   -- (fairrelease.lua) and wakes the next waiter: should the grant fail
   -- elsewhere, its undo leaves it in its place, so that every node keeps the

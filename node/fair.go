@@ -42,7 +42,10 @@ type Waiter struct {
 	// waiter is not queued, and learns the nodes' clocks.
 	Ticket int64
 	// Lease is how long the node keeps the waiter queued without hearing from
-	// it: a waiter that crashed blocks the queue for at most that long.
+	// it: a waiter that crashed blocks the queue for at most that long. A
+	// waiter should attempt well within half its lease: a head granted with
+	// more than half of it left renews nothing (the attempts with less left
+	// renew it).
 	Lease time.Duration
 }
 

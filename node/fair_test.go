@@ -517,13 +517,13 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 	return true
 }
 
-// A head in its place takes the lock with nothing else written: the
-// attempt of a waiter woken by a release runs TIME, ZSCORE, ZRANK and the
-// SET NX, and leaves its lease and the expiries as its last attempt left
-// them (issue 26, server commands: it also renewed its lease and read both
-// expiries, 3 commands more per acquisition). A head refused because the
-// lock is held renews its lease as any queued attempt does, and tries the
-// SET NX once.
+// A head in its place, with more than half its lease left, takes the lock
+// with nothing else written: the attempt of a waiter woken by a release runs
+// TIME, ZSCORE (its place and its lease), ZRANK and the SET NX, and leaves
+// its lease and the expiries as its last attempt left them (issue 26, server
+// commands: it also renewed its lease and read both expiries, 2 commands
+// more per acquisition). A head refused because the lock is held renews its
+// lease as any queued attempt does, and tries the SET NX once.
 func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	s, n, ctx := dialed(t, 10*time.Second)
 	const key = "redlock:{head}"
@@ -561,8 +561,8 @@ func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	ran := calls(func() { a = f.acquire("t-w", waiter("w/1", 2)) })
 	require.True(t, a.OK, "the head was refused a free lock")
 	assert.Equal(t, node.Queued, a.Queue)
-	assert.Equal(t, map[string]int64{"evalsha": 1, "time": 1, "zscore": 1, "zrank": 1, "set": 1}, ran,
-		"the head's granted attempt ran more than TIME, ZSCORE, ZRANK and SET")
+	assert.Equal(t, map[string]int64{"evalsha": 1, "time": 1, "zscore": 2, "zrank": 1, "set": 1}, ran,
+		"the head's granted attempt ran more than TIME, ZSCORE (place, lease), ZRANK and SET")
 	assert.Equal(t, wLease, lease("w/1"), "the granted head's lease was written")
 	checkQueueExpiries(t, s, key, "the head granted")
 
@@ -582,4 +582,89 @@ func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	assert.Equal(t, int64(1), ran["zadd"], "the refused head's lease was not renewed: %v", ran)
 	assert.Greater(t, lease("x/1"), xLease, "the refused head's lease was not renewed")
 	checkQueueExpiries(t, s, key, "the head refused")
+}
+
+// A head that one node grants while the others refuse (the lock is held
+// there) gives the grant back and tries again, keeping its place: its
+// attempts on the granting node must renew its lease, or a later waiter's
+// first attempt there drops it, takes its place on that node alone (the
+// nodes disagree on the head), and, the head's ticket being too old to queue
+// with again, gets the lock before it. An adversarial review of 846881f,
+// whose granted head renewed nothing whatever lease it had left: heads
+// [w h h] after W's attempt, then W granted first.
+func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const key = "redlock:{alone}"
+	q, _ := node.QueueKeys(key)
+	ns := make([]*node.Redis, len(servers))
+	for i, s := range servers {
+		n, err := node.Dial(s.URL())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Close() })
+		ns[i] = n
+	}
+	clock := func() int64 {
+		tm, err := redis.Int64s(servers[0].Do("TIME"))
+		require.NoError(t, err)
+		return tm[0]*1000000 + tm[1]
+	}
+	head := func(i int) string {
+		h, err := redis.Strings(servers[i].Do("ZRANGE", q, 0, 0))
+		require.NoError(t, err)
+		if len(h) == 0 {
+			return ""
+		}
+		return h[0]
+	}
+	// attempt is one round of a client: AcquireFair on every node, the
+	// grants given back (Release keeps the waiter's place) without a
+	// majority.
+	attempt := func(token string, w node.Waiter) (granted int, on []node.Acquired) {
+		for _, n := range ns {
+			a, err := n.AcquireFair(ctx, key, "", token, time.Minute, w)
+			require.NoError(t, err)
+			on = append(on, a)
+			if a.OK {
+				granted++
+			}
+		}
+		if granted < len(ns)/2+1 {
+			for i, a := range on {
+				if a.OK {
+					_, err := ns[i].Release(ctx, key, token, false)
+					require.NoError(t, err)
+				}
+			}
+		}
+		return granted, on
+	}
+	for _, s := range servers[1:] { // X holds the lock on B and C, not on A
+		_, err := s.Do("SET", key, "t-x", "PX", 60000)
+		require.NoError(t, err)
+	}
+	const lease = time.Second
+	h := node.Waiter{ID: "h/1", Ticket: clock(), Lease: lease}
+	// H polls every 40 ms for over two leases: A grants it, B and C refuse.
+	for end := time.Now().Add(2*lease + 500*time.Millisecond); time.Now().Before(end); {
+		g, _ := attempt("t-h", h)
+		require.Equal(t, 1, g, "H: A grants (H keeps its place there while it polls), B and C refuse")
+		time.Sleep(40 * time.Millisecond)
+	}
+	w := node.Waiter{ID: "w/1", Ticket: clock(), Lease: lease}
+	attempt("t-w", w)
+	assert.Equal(t, []string{"h/1", "h/1", "h/1"}, []string{head(0), head(1), head(2)},
+		"W's first attempt took H's place on a node")
+	_, on := attempt("t-h", h)
+	assert.Equal(t, node.Queued, on[0].Queue, "H, polling all along, lost its place on A")
+
+	for _, s := range servers[1:] { // X releases
+		_, err := s.Do("DEL", key)
+		require.NoError(t, err)
+	}
+	gw, _ := attempt("t-w", w)
+	gh, _ := attempt("t-h", h)
+	assert.Less(t, gw, 2, "W, queued after H, got the lock first")
+	assert.GreaterOrEqual(t, gh, 2, "H, first in line, did not get the lock")
 }

@@ -19,8 +19,8 @@
 -- dropped when they may stand before the caller; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
 -- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
--- renewed, except a head in its place whose SET NX succeeds (it writes nothing
--- else); the SET NX is tried only if the caller is at the head, which stays
+-- renewed, except a head in its place, with more than half its lease left,
+-- whose SET NX succeeds (it writes nothing else); the SET NX is tried only if the caller is at the head, which stays
 -- there until it releases the lock or leaves. A caller refused for not being at
 -- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
@@ -59,20 +59,26 @@ if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
   else
-    -- In its place: a head (a waiter woken by a release, most often) takes
-    -- the lock with nothing else written. Its lease and the expiries stay as
-    -- its last attempt left them: it leaves the queue at its release, and an
-    -- undo of its grant (the majority failed) leaves it in its place, where
-    -- its next attempt renews them (issue 26, server commands: 3 commands
-    -- fewer per acquisition). A head whose lease lapsed may be dropped while
-    -- it holds the lock: the SET NX still refuses everyone else, and it
-    -- queues again with its ticket (docs/safety.md).
+    -- In its place: a head (a waiter woken by a release, most often) with
+    -- more than half its lease left takes the lock with nothing else
+    -- written. Its lease and the expiries stay as its last attempt left
+    -- them: it leaves the queue at its release (issue 26, server commands: 2
+    -- commands fewer per acquisition). Not with less left: a head that a
+    -- node grants while the others refuse (the lock held there) gives the
+    -- grant back and tries again, keeping its place; its attempts must renew
+    -- its lease here, or a later waiter's attempt drops it and takes its
+    -- place on this node only (an adversarial review of 846881f, which took
+    -- this path whatever lease was left: node.TestHeadGrantedAloneKeepsItsPlace).
+    -- A waiter polls well within half its lease (node.Waiter.Lease).
     ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
     if ahead == 0 then
-      if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-        return {1, f, present, 0, nowus, 1}
+      local deadline = redis.call('ZSCORE', KEYS[4], ARGV[3])
+      if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) / 2 then
+        if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+          return {1, f, present, 0, nowus, 1}
+        end
+        tried = true
       end
-      tried = true
     end
   end
 elseif redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then

@@ -36,7 +36,8 @@ const fairLeaseMin = 2 * time.Second
 
 // fairLease is how long the nodes keep a waiter queued without hearing from
 // it: longer than two of its longest backoffs, since it renews its place with
-// every attempt.
+// its attempts (every attempt leaves it at least nine tenths of its lease:
+// node.Waiter.Lease).
 func fairLease(lc lockConfig) time.Duration { return fairLeaseMin + 2*lc.retryMax }
 
 // tell says whom a release tells that the lock is free.

@@ -43,9 +43,9 @@ type Waiter struct {
 	Ticket int64
 	// Lease is how long the node keeps the waiter queued without hearing from
 	// it: a waiter that crashed blocks the queue for at most that long. A
-	// waiter should attempt well within half its lease: a head granted with
-	// more than half of it left renews nothing (the attempts with less left
-	// renew it).
+	// live waiter keeps its place while it attempts within nine tenths of
+	// it: a head granted less than a tenth of its lease after its last
+	// renewal renews nothing (AcquireFair).
 	Lease time.Duration
 }
 

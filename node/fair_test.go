@@ -517,8 +517,8 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 	return true
 }
 
-// A head in its place, with more than half its lease left, takes the lock
-// with nothing else written: the attempt of a waiter woken by a release runs
+// A head in its place, renewed less than a tenth of its lease ago, takes the
+// lock with nothing else written: the attempt of a waiter woken by a release runs
 // TIME, ZSCORE (its place and its lease), ZRANK and the SET NX, and leaves
 // its lease and the expiries as its last attempt left them (issue 26, server
 // commands: it also renewed its lease and read both expiries, 2 commands
@@ -585,19 +585,39 @@ func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 }
 
 // A head that one node grants while the others refuse (the lock is held
-// there) gives the grant back and tries again, keeping its place: its
-// attempts on the granting node must renew its lease, or a later waiter's
-// first attempt there drops it, takes its place on that node alone (the
-// nodes disagree on the head), and, the head's ticket being too old to queue
-// with again, gets the lock before it. An adversarial review of 846881f,
-// whose granted head renewed nothing whatever lease it had left: heads
-// [w h h] after W's attempt, then W granted first.
+// there) gives the grant back and tries again, keeping its place: its lease
+// on the granting node must outlast the silence before its next attempt as
+// it did when every attempt renewed it (nine tenths of it now), or a later
+// waiter's first attempt there drops it, takes its place on that node alone
+// (the nodes disagree on the head), and, the head's ticket being too old to
+// queue with again, gets the lock before it. Two adversarial reviews: of
+// 846881f, whose granted head renewed nothing whatever lease it had left
+// (polling: heads [w h h] after W's attempt, then W granted first), and of
+// ec67548, which renewed only with half the lease or less left (one gap of
+// 0.8 of the lease after polling: the same).
 func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		lease, gap time.Duration // gap: H's silence after polling, W attempting at 7/8 of it
+	}{
+		{"polling", time.Second, 40 * time.Millisecond},
+		{"one long gap", 2 * time.Second, 1600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) { headGrantedAlone(t, tc.lease, tc.gap) })
+	}
+}
+
+// headGrantedAlone is TestHeadGrantedAloneKeepsItsPlace's timeline: H polls
+// every 40 ms for over two leases (before a gap of over half a lease, for a
+// lease at most, and only until its lease on A has less than 0.65 of it
+// left), stays silent for gap, W's first attempt landing at 7/8 of it; X
+// then releases.
+func headGrantedAlone(t *testing.T, lease, gap time.Duration) {
 	servers := redistest.StartN(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "redlock:{alone}"
-	q, _ := node.QueueKeys(key)
+	q, qx := node.QueueKeys(key)
 	ns := make([]*node.Redis, len(servers))
 	for i, s := range servers {
 		n, err := node.Dial(s.URL())
@@ -617,6 +637,12 @@ func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
 			return ""
 		}
 		return h[0]
+	}
+	// left is H's lease on A: what is left of it.
+	left := func() time.Duration {
+		d, err := redis.Int64(servers[0].Do("ZSCORE", qx, "h/1"))
+		require.NoError(t, err)
+		return time.Duration(d*1000-clock()) * time.Microsecond
 	}
 	// attempt is one round of a client: AcquireFair on every node, the
 	// grants given back (Release keeps the waiter's place) without a
@@ -644,20 +670,28 @@ func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
 		_, err := s.Do("SET", key, "t-x", "PX", 60000)
 		require.NoError(t, err)
 	}
-	const lease = time.Second
 	h := node.Waiter{ID: "h/1", Ticket: clock(), Lease: lease}
-	// H polls every 40 ms for over two leases: A grants it, B and C refuse.
-	for end := time.Now().Add(2*lease + 500*time.Millisecond); time.Now().Before(end); {
+	polling := 2*lease + 200*time.Millisecond
+	if gap > lease/2 {
+		polling = lease
+	}
+	for end := time.Now().Add(polling); time.Now().Before(end); {
 		g, _ := attempt("t-h", h)
 		require.Equal(t, 1, g, "H: A grants (H keeps its place there while it polls), B and C refuse")
+		if gap > lease/2 && left() < lease*65/100 {
+			break // the longest silence the renewals at half the lease allowed
+		}
 		time.Sleep(40 * time.Millisecond)
 	}
+	t.Logf("H's lease on A when its silence starts: %v left", left())
+	time.Sleep(gap * 7 / 8)
 	w := node.Waiter{ID: "w/1", Ticket: clock(), Lease: lease}
 	attempt("t-w", w)
 	assert.Equal(t, []string{"h/1", "h/1", "h/1"}, []string{head(0), head(1), head(2)},
 		"W's first attempt took H's place on a node")
+	time.Sleep(gap / 8)
 	_, on := attempt("t-h", h)
-	assert.Equal(t, node.Queued, on[0].Queue, "H, polling all along, lost its place on A")
+	assert.Equal(t, node.Queued, on[0].Queue, "H, attempting within its lease, lost its place on A")
 
 	for _, s := range servers[1:] { // X releases
 		_, err := s.Do("DEL", key)

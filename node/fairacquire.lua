@@ -18,10 +18,11 @@
 -- Waiters whose lease ran out (they crashed, or gave up without leaving) are
 -- dropped when they may stand before the caller; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
--- attempts that arrive after the leave); the caller is (re)queued with its ticket and its lease
--- renewed, except a head in its place, with more than half its lease left,
--- whose SET NX succeeds (it writes nothing else); the SET NX is tried only if the caller is at the head, which stays
--- there until it releases the lock or leaves. A caller refused for not being at
+-- attempts that arrive after the leave); the caller is (re)queued with its
+-- ticket and its lease renewed, except a head in its place, renewed less than
+-- a tenth of its lease ago, whose SET NX succeeds (it writes nothing else); the
+-- SET NX is tried only if the caller is at the head, which stays there until
+-- it releases the lock or leaves. A caller refused for not being at
 -- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0
@@ -59,21 +60,24 @@ if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
   else
-    -- In its place: a head (a waiter woken by a release, most often) with
-    -- more than half its lease left takes the lock with nothing else
-    -- written. Its lease and the expiries stay as its last attempt left
-    -- them: it leaves the queue at its release (issue 26, server commands: 2
-    -- commands fewer per acquisition). Not with less left: a head that a
+    -- In its place: a head (a waiter woken by a release, most often) whose
+    -- lease was renewed less than a tenth of it ago takes the lock with
+    -- nothing else written. Its lease and the expiries stay as its last
+    -- attempt left them: it leaves the queue at its release (issue 26, server
+    -- commands: 2 commands fewer per acquisition). Only then: a head that a
     -- node grants while the others refuse (the lock held there) gives the
-    -- grant back and tries again, keeping its place; its attempts must renew
-    -- its lease here, or a later waiter's attempt drops it and takes its
-    -- place on this node only (an adversarial review of 846881f, which took
-    -- this path whatever lease was left: node.TestHeadGrantedAloneKeepsItsPlace).
-    -- A waiter polls well within half its lease (node.Waiter.Lease).
+    -- grant back and tries again, keeping its place, and its lease here must
+    -- outlast the silence before its next attempt as it did when every
+    -- attempt renewed it (nine tenths of it now), or a later waiter's attempt
+    -- drops it and takes its place on this node alone. Two adversarial
+    -- reviews: of 846881f, which skipped the renewals whatever lease was
+    -- left (a head polling through such grants lost its place), and of
+    -- ec67548, which skipped them with more than half left (one gap of over
+    -- half a lease lost it): node.TestHeadGrantedAloneKeepsItsPlace.
     ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
     if ahead == 0 then
       local deadline = redis.call('ZSCORE', KEYS[4], ARGV[3])
-      if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) / 2 then
+      if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) * 0.9 then
         if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
           return {1, f, present, 0, nowus, 1}
         end

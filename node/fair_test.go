@@ -523,7 +523,9 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 // its lease and the expiries as its last attempt left them (issue 26, server
 // commands: it also renewed its lease and read both expiries, 2 commands
 // more per acquisition). A head refused because the lock is held renews its
-// lease as any queued attempt does, and tries the SET NX once.
+// lease as any queued attempt does, tries the SET NX once, and does not read
+// its lease first: 8 commands, as before. A head granted with less than nine
+// tenths of its lease left renews it.
 func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	s, n, ctx := dialed(t, 10*time.Second)
 	const key = "redlock:{head}"
@@ -580,8 +582,25 @@ func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	assert.Equal(t, node.Queued, a.Queue)
 	assert.Equal(t, int64(1), ran["set"], "the refused head tried the SET NX more than once: %v", ran)
 	assert.Equal(t, int64(1), ran["zadd"], "the refused head's lease was not renewed: %v", ran)
+	assert.Equal(t, int64(1), ran["zscore"], "the refused head read more than its place (a third review: it read its lease too, a command more than before): %v", ran)
+	assert.Equal(t, int64(8), ran["evalsha"]+ran["time"]+ran["zscore"]+ran["zrank"]+ran["set"]+ran["zadd"]+ran["pttl"], "the refused head's attempt: %v", ran)
 	assert.Greater(t, lease("x/1"), xLease, "the refused head's lease was not renewed")
 	checkQueueExpiries(t, s, key, "the head refused")
+
+	// The other client releases; X's lease was renewed over a tenth of it
+	// ago (half a minute of a minute left): granted, its lease renewed.
+	_, err = s.Do("DEL", key)
+	require.NoError(t, err)
+	tm, err := redis.Int64s(s.Do("TIME"))
+	require.NoError(t, err)
+	_, err = s.Do("ZADD", qx, "XX", tm[0]*1000+tm[1]/1000+30_000, "x/1")
+	require.NoError(t, err)
+	ran = calls(func() { a = f.acquire("t-x", waiter("x/1", 3)) })
+	require.True(t, a.OK, "the head was refused a free lock")
+	assert.Equal(t, int64(1), ran["set"], "the head tried the SET NX more than once: %v", ran)
+	assert.Equal(t, int64(1), ran["zadd"], "the head granted with half its lease left did not renew it: %v", ran)
+	assert.Greater(t, lease("x/1"), tm[0]*1000+tm[1]/1000+50_000, "the head granted with half its lease left did not renew it")
+	checkQueueExpiries(t, s, key, "the head granted, renewed")
 }
 
 // A head that one node grants while the others refuse (the lock is held

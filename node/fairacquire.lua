@@ -54,8 +54,8 @@ local ticket = tonumber(ARGV[4])
 local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
 -- ahead is the caller's place once known; tried is true once the head's SET NX
--- was refused (the lock is held: it is not tried again below).
-local ahead, tried
+-- ran (it is not tried again below), granted if it took the lock.
+local ahead, tried, granted
 if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
@@ -74,15 +74,18 @@ if held then
     -- left (a head polling through such grants lost its place), and of
     -- ec67548, which skipped them with more than half left (one gap of over
     -- half a lease lost it): node.TestHeadGrantedAloneKeepsItsPlace.
+    -- The lease is read only once the SET NX succeeded: a head polling
+    -- while the lock is held runs what it ran before (a third review).
     ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
     if ahead == 0 then
-      local deadline = redis.call('ZSCORE', KEYS[4], ARGV[3])
-      if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) * 0.9 then
-        if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+      if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+        local deadline = redis.call('ZSCORE', KEYS[4], ARGV[3])
+        if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) * 0.9 then
           return {1, f, present, 0, nowus, 1}
         end
-        tried = true
+        granted = true -- renewed below, then granted
       end
+      tried = true
     end
   end
 elseif redis.call('ZSCORE', KEYS[4], '-' .. ARGV[3]) then
@@ -140,7 +143,7 @@ if ahead > 0 then
   end
   return {0, f, present, ahead, nowus, 1}
 end
-if not tried and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if granted or not tried and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The holder stays at the head until its release takes it out of the queue
   -- (fairrelease.lua) and wakes the next waiter: should the grant fail
   -- elsewhere, its undo leaves it in its place, so that every node keeps the

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock-go/redlock"
+	"github.com/redlock-go/redlock/node"
 	"github.com/redlock-go/redlock/redistest"
 )
 
@@ -82,4 +83,29 @@ func acceptedConnections(t *testing.T, s *redistest.Server) int {
 		}
 	}
 	return 0
+}
+
+// A release through the waiters' queue that fails because a value of
+// another kind sits at one of the queue's keys (a key of the application's
+// in the lock's namespace) falls back to the plain release, as one without
+// permission for the queue's commands does: the lock key does not live out
+// its TTL (an adversarial review of 8a00707, after which a head is granted
+// even when its lease cannot be renewed there).
+func TestReleaseWithForeignQueueKey(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := dialed(t, servers)
+	ctx := ctxT(t, 10*time.Second)
+	key := redlock.LockKey(redlock.DefaultKeyPrefix, "foreign")
+	_, qx := node.QueueKeys(key)
+	l, err := c.Lock(ctx, "foreign")
+	require.NoError(t, err)
+	// The queue's mark says waiters may be queued; the leases' key is a string.
+	_, err = servers[0].Do("SET", node.QueueMarkKey(key), "1", "PX", 60000)
+	require.NoError(t, err)
+	_, err = servers[0].Do("SET", qx, "a user's string")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	n, err := redis.Int(servers[0].Do("EXISTS", key))
+	require.NoError(t, err)
+	assert.Zero(t, n, "the lock key outlived its release")
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -80,11 +81,22 @@ func (c *Client) releaseOn(ctx context.Context, n node.Node, key, token, waiter 
 	} else {
 		ok, queued, err = n.ReleaseFair(ctx, key, token, waiter, to == tellAll)
 	}
-	if err != nil && isPermission(err.Error()) {
+	if err != nil && queueUnusable(err.Error()) {
 		ok, err = n.Release(ctx, key, token, true)
 		return ok, false, err
 	}
 	return ok, queued, err
+}
+
+// queueUnusable reports whether a release through the waiters' queue failed
+// because the queue's keys cannot be used: the user may not run its commands
+// (isPermission), or another kind of value sits at one of them (WRONGTYPE: a
+// key of the application's in the lock's namespace). The plain release then
+// deletes the lock key alone, which would otherwise live out its TTL on
+// that node. (An adversarial review of 8a00707, after which a head is
+// granted even when its lease cannot be renewed.)
+func queueUnusable(text string) bool {
+	return isPermission(text) || strings.Contains(text, "WRONGTYPE")
 }
 
 // place is a Lock call's place in the nodes' waiters' queues.

@@ -721,3 +721,83 @@ func headGrantedAlone(t *testing.T, lease, gap time.Duration) {
 	assert.Less(t, gw, 2, "W, queued after H, got the lock first")
 	assert.GreaterOrEqual(t, gh, 2, "H, first in line, did not get the lock")
 }
+
+// A queued acquisition that fails leaves no lock key behind, whatever stops
+// it: a head in its place writes the lock key before it renews its lease
+// (when it was renewed over a tenth of a lease ago), and nothing after that
+// write may stop the script, which returns the grant, its renewal cut short
+// (an adversarial review of 8a00707, where a user without PTTL, ZADD or
+// PEXPIRE, or a string at the leases' key, made the script fail with the
+// lock key written: the client undid it, but a release of the granted lock
+// failed on such a key and left it for a TTL). Before the head's SET NX an
+// error stops the script, as it always did.
+func TestQueuedAcquisitionErrorLeavesNoKey(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		minus []string
+		setup func(t *testing.T, s *redistest.Server, key string)
+	}{
+		{"no PTTL", []string{"-pttl"}, nil},
+		{"no ZADD", []string{"-zadd"}, nil},
+		{"no PEXPIRE, expiries low", []string{"-pexpire"}, func(t *testing.T, s *redistest.Server, key string) {
+			q, qx := node.QueueKeys(key)
+			for _, k := range []string{q, qx} {
+				_, err := s.Do("PEXPIRE", k, 3000)
+				require.NoError(t, err)
+			}
+		}},
+		{"a string at the leases' key", nil, func(t *testing.T, s *redistest.Server, key string) {
+			_, qx := node.QueueKeys(key)
+			_, err := s.Do("SET", qx, "a user's string")
+			require.NoError(t, err)
+		}},
+		{"a string at the queue's key", nil, func(t *testing.T, s *redistest.Server, key string) {
+			q, _ := node.QueueKeys(key)
+			_, err := s.Do("SET", q, "a user's string")
+			require.NoError(t, err)
+		}},
+		{"out of memory", nil, func(t *testing.T, s *redistest.Server, key string) {
+			_, err := s.Do("CONFIG", "SET", "maxmemory-policy", "noeviction")
+			require.NoError(t, err)
+			_, err = s.Do("CONFIG", "SET", "maxmemory", 1)
+			require.NoError(t, err)
+			t.Cleanup(func() { _, _ = s.Do("CONFIG", "SET", "maxmemory", 0) })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			n, err := node.Dial(aclUser(t, s, "u", tc.minus...))
+			require.NoError(t, err)
+			defer n.Close()
+			const key = "redlock:{err}"
+			q, qx := node.QueueKeys(key)
+			tm, err := redis.Int64s(s.Do("TIME"))
+			require.NoError(t, err)
+			nowus := tm[0]*1000000 + tm[1]
+			// W alone at the head, its lease renewed half a lease ago.
+			w := node.Waiter{ID: "w/1", Ticket: nowus, Lease: 10 * time.Second}
+			for _, cmd := range [][]any{
+				{"ZADD", q, nowus, w.ID}, {"ZADD", qx, nowus/1000 + 5000, w.ID},
+				{"PEXPIRE", q, 20000}, {"PEXPIRE", qx, 20000}, {"SET", node.QueueMarkKey(key), "1", "PX", 20000},
+			} {
+				_, err := s.Do(cmd[0].(string), cmd[1:]...)
+				require.NoError(t, err)
+			}
+			if tc.setup != nil {
+				tc.setup(t, s, key)
+			}
+			a, err := n.AcquireFair(ctx, key, key, "tok", time.Minute, w)
+			_, _ = s.Do("CONFIG", "SET", "maxmemory", 0)
+			v, gerr := redis.String(s.Do("GET", key))
+			t.Logf("granted %v, err %v; lock key %q", a.OK, err, v)
+			if err != nil {
+				assert.ErrorIs(t, gerr, redis.ErrNil, "the attempt failed (%v), its lock key left behind (%q)", err, v)
+				return
+			}
+			assert.True(t, a.OK, "refused, yet no error")
+			assert.Equal(t, "tok", v, "granted, yet the lock key is not the caller's")
+		})
+	}
+}

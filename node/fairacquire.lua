@@ -45,6 +45,39 @@ local function dropDead()
   end
   return #dead
 end
+-- renew renews the caller's lease and, when they run low, the expiries of
+-- the queue, its mark and the leases, with call: redis.call, which stops the
+-- script at an error (nothing written yet to the lock key), or, once the
+-- lock key was written, redis.pcall, which stops the renewal at an error and
+-- leaves the grant standing: a script that fails after its SET NX would
+-- leave the key behind with an error for a reply (an adversarial review of
+-- 8a00707: a user without PTTL, a string at the leases' key).
+local lease = tonumber(ARGV[5])
+local function renew(call)
+  if type(call('ZADD', KEYS[4], now + lease, ARGV[3])) ~= 'number' then return end
+  -- The queue and its mark must outlive the caller's lease: set to twice the
+  -- lease when less than one lease is left (or none is set: -1), so that most
+  -- attempts only read the expiries (they used to set all three on every
+  -- attempt: three commands more; issue 26, server commands). Only ever
+  -- lengthened: another waiter's lease may be longer than ours. The mark is
+  -- set with the queue, to the same time (fairrelease.lua reads the queue
+  -- only while its mark exists).
+  local qttl = call('PTTL', KEYS[3])
+  if type(qttl) ~= 'number' then return end
+  if qttl < lease then
+    qttl = 2 * lease
+    call('PEXPIRE', KEYS[3], qttl)
+    call('SET', KEYS[5], '1', 'PX', qttl)
+  end
+  -- And the leases must outlive the queue: a waiter is dropped only through
+  -- its lease there (dropDead), so a queued waiter whose lease went with an
+  -- earlier expiry of the leases' key would stay in the queue, at its head
+  -- perhaps, for as long as anyone renews the queue (an adversarial review
+  -- of the change above, 6 December 2026). The releases and leaves only
+  -- lengthen the leases' key.
+  local xttl = call('PTTL', KEYS[4])
+  if type(xttl) == 'number' and xttl < qttl then call('PEXPIRE', KEYS[4], qttl) end
+end
 local f, present = '0', 0
 if KEYS[2] ~= KEYS[1] then
   local v = redis.call('GET', KEYS[2])
@@ -54,8 +87,8 @@ local ticket = tonumber(ARGV[4])
 local inBound = ticket > 0 and math.abs(ticket - nowus) <= ticketBound
 local held = redis.call('ZSCORE', KEYS[3], ARGV[3])
 -- ahead is the caller's place once known; tried is true once the head's SET NX
--- ran (it is not tried again below), granted if it took the lock.
-local ahead, tried, granted
+-- was refused (the lock is held: it is not tried again below).
+local ahead, tried
 if held then
   if ticket ~= tonumber(held) and inBound then
     redis.call('ZADD', KEYS[3], 'XX', ARGV[4], ARGV[3])
@@ -75,15 +108,16 @@ if held then
     -- ec67548, which skipped them with more than half left (one gap of over
     -- half a lease lost it): node.TestHeadGrantedAloneKeepsItsPlace.
     -- The lease is read only once the SET NX succeeded: a head polling
-    -- while the lock is held runs what it ran before (a third review).
+    -- while the lock is held runs what it ran before (a third review). After
+    -- the SET NX nothing may stop the script (renew, redis.pcall).
     ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
     if ahead == 0 then
       if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-        local deadline = redis.call('ZSCORE', KEYS[4], ARGV[3])
-        if deadline and tonumber(deadline) - now > tonumber(ARGV[5]) * 0.9 then
-          return {1, f, present, 0, nowus, 1}
+        local deadline = redis.pcall('ZSCORE', KEYS[4], ARGV[3])
+        if type(deadline) ~= 'string' or tonumber(deadline) - now <= lease * 0.9 then
+          renew(redis.pcall)
         end
-        granted = true -- renewed below, then granted
+        return {1, f, present, 0, nowus, 1}
       end
       tried = true
     end
@@ -107,28 +141,7 @@ elseif not inBound then
 else
   redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
 end
-local lease = tonumber(ARGV[5])
-redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
--- The queue and its mark must outlive the caller's lease: set to twice the
--- lease when less than one lease is left (or none is set: -1), so that most
--- attempts only read the expiries (they used to set all three on every
--- attempt: three commands more; issue 26, server commands). Only ever
--- lengthened: another waiter's lease may be longer than ours. The mark is
--- set with the queue, to the same time (fairrelease.lua reads the queue
--- only while its mark exists).
-local qttl = redis.call('PTTL', KEYS[3])
-if qttl < lease then
-  qttl = 2 * lease
-  redis.call('PEXPIRE', KEYS[3], qttl)
-  redis.call('SET', KEYS[5], '1', 'PX', qttl)
-end
--- And the leases must outlive the queue: a waiter is dropped only through
--- its lease there (dropDead), so a queued waiter whose lease went with an
--- earlier expiry of the leases' key would stay in the queue, at its head
--- perhaps, for as long as anyone renews the queue (an adversarial review
--- of the change above, 6 December 2026). The releases and leaves only
--- lengthen the leases' key.
-if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
+renew(redis.call)
 if not ahead then ahead = redis.call('ZRANK', KEYS[3], ARGV[3]) end
 if ahead > 0 and dropDead() > 0 then
   ahead = redis.call('ZRANK', KEYS[3], ARGV[3])
@@ -143,7 +156,7 @@ if ahead > 0 then
   end
   return {0, f, present, ahead, nowus, 1}
 end
-if granted or not tried and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not tried and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- The holder stays at the head until its release takes it out of the queue
   -- (fairrelease.lua) and wakes the next waiter: should the grant fail
   -- elsewhere, its undo leaves it in its place, so that every node keeps the

@@ -55,7 +55,8 @@ type Queuer interface {
 	// AcquireFair queues w (or renews its lease), drops waiters whose lease
 	// ran out, and takes the lock as Acquire does only if w is at the head of
 	// the queue; w stays at the head until ReleaseFair or LeaveQueue takes it
-	// out. A waiter that left cannot queue again for a few seconds: its late
+	// out. A head granted less than a tenth of its lease after its last
+	// renewal renews nothing (Waiter.Lease). A waiter that left cannot queue again for a few seconds: its late
 	// attempts are refused. With fenceKey "" the counter is not read, as
 	// with Acquire.
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)

@@ -56,9 +56,9 @@ type Queuer interface {
 	// ran out, and takes the lock as Acquire does only if w is at the head of
 	// the queue; w stays at the head until ReleaseFair or LeaveQueue takes it
 	// out. A head granted less than a tenth of its lease after its last
-	// renewal renews nothing (Waiter.Lease). A waiter that left cannot queue again for a few seconds: its late
-	// attempts are refused. With fenceKey "" the counter is not read, as
-	// with Acquire.
+	// renewal renews nothing (Waiter.Lease). A waiter that left cannot
+	// queue again for a few seconds: its late attempts are refused. With
+	// fenceKey "" the counter is not read, as with Acquire.
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)
 	// LeaveQueue removes the waiter id from key's queue; one that leaves
 	// from the head while key is free wakes the new head.

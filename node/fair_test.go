@@ -619,8 +619,8 @@ func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
 		name       string
 		lease, gap time.Duration // gap: H's silence after polling, W attempting at 7/8 of it
 	}{
-		{"polling", time.Second, 40 * time.Millisecond},
-		{"one long gap", 2 * time.Second, 1600 * time.Millisecond},
+		{"polling", 1500 * time.Millisecond, 40 * time.Millisecond},
+		{"one long gap", 3 * time.Second, 2300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) { headGrantedAlone(t, tc.lease, tc.gap) })
 	}
@@ -628,9 +628,11 @@ func TestHeadGrantedAloneKeepsItsPlace(t *testing.T) {
 
 // headGrantedAlone is TestHeadGrantedAloneKeepsItsPlace's timeline: H polls
 // every 40 ms for over two leases (before a gap of over half a lease, for a
-// lease at most, and only until its lease on A has less than 0.65 of it
+// lease at most, and only until its lease on A has less than 0.55 of it
 // left), stays silent for gap, W's first attempt landing at 7/8 of it; X
-// then releases.
+// then releases. With a lease of 3 s and a gap of 2.3 s, W attempts 2 s into
+// the silence: 0.65 s before the least H can have left now (0.9 of the lease,
+// less a poll), 0.35 s after the most it had when renewals came at half.
 func headGrantedAlone(t *testing.T, lease, gap time.Duration) {
 	servers := redistest.StartN(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -697,8 +699,8 @@ func headGrantedAlone(t *testing.T, lease, gap time.Duration) {
 	for end := time.Now().Add(polling); time.Now().Before(end); {
 		g, _ := attempt("t-h", h)
 		require.Equal(t, 1, g, "H: A grants (H keeps its place there while it polls), B and C refuse")
-		if gap > lease/2 && left() < lease*65/100 {
-			break // the longest silence the renewals at half the lease allowed
+		if gap > lease/2 && left() < lease*55/100 {
+			break // about the longest silence the renewals at half the lease allowed
 		}
 		time.Sleep(40 * time.Millisecond)
 	}

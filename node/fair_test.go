@@ -525,7 +525,9 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 // more per acquisition). A head refused because the lock is held renews its
 // lease as any queued attempt does, tries the SET NX once, and does not read
 // its lease first: 8 commands, as before. A head granted with less than nine
-// tenths of its lease left renews it.
+// tenths of its lease left renews it. A head queued over a tenth of its lease
+// ago takes the full path, as before (8 commands: reading its lease first
+// would cost one more where waits are long).
 func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	s, n, ctx := dialed(t, 10*time.Second)
 	const key = "redlock:{head}"
@@ -601,6 +603,30 @@ func TestHeadTakesTheLockWithNothingElseWritten(t *testing.T) {
 	assert.Equal(t, int64(1), ran["zadd"], "the head granted with half its lease left did not renew it: %v", ran)
 	assert.Greater(t, lease("x/1"), tm[0]*1000+tm[1]/1000+50_000, "the head granted with half its lease left did not renew it")
 	checkQueueExpiries(t, s, key, "the head granted, renewed")
+
+	// A head queued over a tenth of its lease ago (a second lease, a ticket
+	// 200 ms old: with 1,000 waiters on one key) takes the full path, its
+	// lease renewed without being read first: the 8 commands it ran before.
+	const old = "redlock:{head-old}"
+	tm, err = redis.Int64s(s.Do("TIME"))
+	require.NoError(t, err)
+	y := node.Waiter{ID: "y/1", Ticket: tm[0]*1000000 + tm[1] - 200_000, Lease: time.Second}
+	_, err = s.Do("SET", old, "t-other", "PX", 60000)
+	require.NoError(t, err)
+	a, err = n.AcquireFair(ctx, old, old, "t-y", time.Minute, y)
+	require.NoError(t, err)
+	require.False(t, a.OK)
+	require.Equal(t, node.Queued, a.Queue)
+	_, err = s.Do("DEL", old)
+	require.NoError(t, err)
+	ran = calls(func() {
+		a, err = n.AcquireFair(ctx, old, old, "t-y", time.Minute, y)
+		require.NoError(t, err)
+	})
+	require.True(t, a.OK, "the head was refused a free lock")
+	assert.Equal(t, map[string]int64{"evalsha": 1, "time": 1, "zscore": 1, "zadd": 1, "pttl": 2, "zrank": 1, "set": 1}, ran,
+		"the head queued long ago did not run the full path")
+	checkQueueExpiries(t, s, old, "a head queued long ago granted")
 }
 
 // A head that one node grants while the others refuse (the lock is held

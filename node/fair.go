@@ -44,8 +44,8 @@ type Waiter struct {
 	// Lease is how long the node keeps the waiter queued without hearing from
 	// it: a waiter that crashed blocks the queue for at most that long. A
 	// live waiter keeps its place while it attempts within nine tenths of
-	// it: a head granted less than a tenth of its lease after its last
-	// renewal renews nothing (AcquireFair).
+	// it: a head queued and renewed less than a tenth of its lease ago
+	// renews nothing when granted (AcquireFair).
 	Lease time.Duration
 }
 
@@ -55,8 +55,8 @@ type Queuer interface {
 	// AcquireFair queues w (or renews its lease), drops waiters whose lease
 	// ran out, and takes the lock as Acquire does only if w is at the head of
 	// the queue; w stays at the head until ReleaseFair or LeaveQueue takes it
-	// out. A head granted less than a tenth of its lease after its last
-	// renewal renews nothing (Waiter.Lease). A waiter that left cannot
+	// out. A head queued and renewed less than a tenth of its lease ago
+	// renews nothing when granted (Waiter.Lease). A waiter that left cannot
 	// queue again for a few seconds: its late attempts are refused. With
 	// fenceKey "" the counter is not read, as with Acquire.
 	AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w Waiter) (Acquired, error)

@@ -517,8 +517,8 @@ func checkQueueExpiries(t *testing.T, s *redistest.Server, key, step string) boo
 	return true
 }
 
-// A head in its place, renewed less than a tenth of its lease ago, takes the
-// lock with nothing else written: the attempt of a waiter woken by a release runs
+// A head in its place, queued and renewed less than a tenth of its lease ago,
+// takes the lock with nothing else written: the attempt of a waiter woken by a release runs
 // TIME, ZSCORE (its place and its lease), ZRANK and the SET NX, and leaves
 // its lease and the expiries as its last attempt left them (issue 26, server
 // commands: it also renewed its lease and read both expiries, 2 commands

@@ -19,10 +19,10 @@
 -- dropped when they may stand before the caller; a caller that left already is refused and not queued again
 -- (the leases' set keeps '-' .. id for 5 s after a waiter leaves, against
 -- attempts that arrive after the leave); the caller is (re)queued with its
--- ticket and its lease renewed, except a head in its place, renewed less than
--- a tenth of its lease ago, whose SET NX succeeds (it writes nothing else); the
--- SET NX is tried only if the caller is at the head, which stays there until
--- it releases the lock or leaves. A caller refused for not being at
+-- ticket and its lease renewed, except a head in its place, queued and renewed
+-- less than a tenth of its lease ago, whose SET NX succeeds (it writes nothing
+-- else); the SET NX is tried only if the caller is at the head, which stays
+-- there until it releases the lock or leaves. A caller refused for not being at
 -- the head while the lock is free wakes the head.
 -- Returns {1 or 0, fence counter ("0" when absent), 1 if the counter exists}
 -- as acquire.lua does, then the number of waiters queued before the caller (0

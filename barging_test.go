@@ -45,12 +45,18 @@ func newBargeRig(t *testing.T) *bargeRig {
 	return r
 }
 
-// lock calls c.Lock on resource in a goroutine; its lock comes on the channel.
+// lock calls c.Lock on resource in a goroutine (lockAsync).
 func (r *bargeRig) lock(c *redlock.Client, resource string) chan *redlock.Lock {
+	return lockAsync(r.t, r.ctx, c, resource)
+}
+
+// lockAsync calls c.Lock(ctx, resource) in a goroutine; its lock (nil if it
+// failed, which the test is told) comes on the channel.
+func lockAsync(t *testing.T, ctx context.Context, c *redlock.Client, resource string) chan *redlock.Lock {
 	done := make(chan *redlock.Lock, 1)
 	go func() {
-		l, err := c.Lock(r.ctx, resource)
-		assert.NoError(r.t, err)
+		l, err := c.Lock(ctx, resource)
+		assert.NoError(t, err)
 		done <- l
 	}()
 	return done
@@ -329,6 +335,24 @@ func TestGoroutineDuringOwnReleaseQueues(t *testing.T) {
 	})
 }
 
+// ownWaiterAndB is the start of the timelines of a call waiting for its own
+// client's lock: A1 takes resource through a (its first attempt, never
+// refused), A2 waits for it in a's own queue, B queues (queueB), and from
+// then on polls hold back a's plain acquisitions (pollNodes).
+func (r *bargeRig) ownWaiterAndB(a *redlock.Client, resource string, polls []*pollNode) (la *redlock.Lock, a2Done, bDone chan *redlock.Lock, held []*delayed) {
+	t := r.t
+	la, err := a.Lock(r.ctx, resource)
+	require.NoError(t, err, "A1's first attempt: never refused")
+	a2Done = r.lock(a, resource)
+	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, resource) == 1 }, 10*time.Second, time.Millisecond,
+		"A2 is not waiting")
+	bDone, held = r.queueB(resource)
+	for _, p := range polls {
+		p.armed.Store(true)
+	}
+	return la, a2Done, bDone, held
+}
+
 // ownReleaseQueues is the timeline of the tests of a release of client A's
 // own: A1 holds resource, its nodes 20 ms away once B queued; release
 // releases A1's lock in its way and returns once A3 is to call Lock, and
@@ -391,12 +415,7 @@ func TestExpiredLockDoesNotKeepClientFromQueuing(t *testing.T) {
 			}
 			lb, err := b.Lock(ctx, "expired")
 			require.NoError(t, err)
-			aDone := make(chan *redlock.Lock, 1)
-			go func() {
-				l, err := a.Lock(ctx, "expired")
-				assert.NoError(t, err)
-				aDone <- l
-			}()
+			aDone := lockAsync(t, ctx, a, "expired")
 			queue, _ := node.QueueKeys(key)
 			require.Eventually(t, func() bool {
 				n, err := redis.Int(servers[0].Do("ZCARD", queue))
@@ -451,15 +470,7 @@ func TestPollWhileHoldingDoesNotBarge(t *testing.T) {
 	polls, nodes, send := r.pollNodes()
 	a := r.newA(nodes, redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond))
 
-	la, err := a.Lock(r.ctx, "barge5")
-	require.NoError(t, err, "A1's first attempt: never refused")
-	a2Done := r.lock(a, "barge5")
-	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "barge5") == 1 }, 10*time.Second, time.Millisecond,
-		"A2 is not waiting")
-	bDone, held := r.queueB("barge5")
-	for _, p := range polls {
-		p.armed.Store(true)
-	}
+	la, a2Done, bDone, held := r.ownWaiterAndB(a, "barge5", polls)
 	select {
 	case <-polls[0].sent: // A2 polled while A1 held the lock (before the fix)
 	case <-time.After(300 * time.Millisecond):
@@ -479,12 +490,7 @@ func TestLostLockFreesOwnWaiters(t *testing.T) {
 	a := dialed(t, servers, redlock.WithTTL(20*time.Second))
 	l1, err := a.Lock(ctx, "lost")
 	require.NoError(t, err)
-	got := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := a.Lock(ctx, "lost")
-		assert.NoError(t, err)
-		got <- l
-	}()
+	got := lockAsync(t, ctx, a, "lost")
 	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "lost") == 1 }, 5*time.Second, time.Millisecond)
 	for _, s := range servers { // the lock's keys gone: a wiped node, say
 		_, err := s.Do("DEL", "redlock:{lost}")

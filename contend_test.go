@@ -122,12 +122,7 @@ func releaserYields(t *testing.T, dial func(*testing.T, []*redistest.Server, ...
 	// a waits for b's lock: from then on it knows the resource is contended.
 	lb, err := b.Lock(ctx, "yield")
 	require.NoError(t, err)
-	aIn := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := a.Lock(ctx, "yield")
-		assert.NoError(t, err)
-		aIn <- l
-	}()
+	aIn := lockAsync(t, ctx, a, "yield")
 	waitListening(t, servers, "redlock:{yield}")
 	require.NoError(t, lb.Release(ctx))
 	held := <-aIn

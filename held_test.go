@@ -214,16 +214,9 @@ func TestOverrunLocksReleaseQueuesOwnGoroutines(t *testing.T) {
 	fake := clock.NewFake(time.Now())
 	a := r.newA(nodes, redlock.WithClock(fake), redlock.WithRetryBackoff(time.Millisecond, 4*time.Millisecond))
 
-	la, err := a.Lock(r.ctx, "overrun") // 10 s on the nodes
-	require.NoError(t, err)
-	a2Done := r.lock(a, "overrun")
-	require.Eventually(t, func() bool { return redlock.LocalWaiters(a, "overrun") == 1 }, 10*time.Second, time.Millisecond,
-		"A2 is not waiting")
-	bDone, held := r.queueB("overrun")
-	for _, p := range polls {
-		p.armed.Store(true)
-	}
-	fake.Advance(10 * time.Second) // A1's validity over on A's clock; its key lives
+	la, a2Done, bDone, held := r.ownWaiterAndB(a, "overrun", polls)
+	// A1's validity over on A's clock; its key lives 10 s on the nodes.
+	fake.Advance(10 * time.Second)
 	awaitPlainOrQueued(t, r, polls[0], "redlock:{overrun}")
 	before := r.aAttempts.Load()
 	require.NoError(t, la.Release(r.ctx), "A1's key was still there")

@@ -48,7 +48,7 @@ func startClusterNode(tb testing.TB) *Server {
 		if bus, err = freePort(); err != nil {
 			continue
 		}
-		// The bus port defaults to port+10000, above 65535 for most free ports.
+		// The bus port defaults to port+10000, which freePort never checked.
 		// A new one on each try: it may have been taken meanwhile.
 		var p *Process
 		p, err = Launch(bin, tb.TempDir(), "--cluster-enabled", "yes",

@@ -3,7 +3,9 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -61,13 +63,71 @@ func LaunchEnv(bin, dir string, env []string, args ...string) (*Process, error) 
 	return nil, fmt.Errorf("redistest: cannot start redis-server: %w", err)
 }
 
+// freePort returns a loopback port nothing listens on, never the same twice
+// in a process, and outside the kernel's ephemeral range where it knows that
+// range (Linux): a port from that range (what listening on port 0 gives)
+// can be taken, once its server was killed, as the local port of any
+// outgoing connection, and the server's Restart then failed with "Address
+// already in use" (TestFenceMonotonicAcrossAOFRestarts, 6 December 2026).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	lo, hi := portRange()
+	ports.mu.Lock()
+	defer ports.mu.Unlock()
+	if ports.given == nil {
+		ports.given = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	var err error
+	for try := 0; try < 100; try++ {
+		port := 0 // the kernel's choice, where the range is unknown
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
+			if ports.given[port] {
+				continue
+			}
+		}
+		var l net.Listener
+		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
+			continue
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if ports.given[port] {
+			continue
+		}
+		ports.given[port] = true
+		return port, nil
+	}
+	if err == nil {
+		err = errors.New("every port tried was given out before")
+	}
+	return 0, fmt.Errorf("redistest: no free port: %w", err)
+}
+
+// ports are those freePort gave out.
+var ports struct {
+	mu    sync.Mutex
+	given map[int]bool
+}
+
+// portRange returns the ports [lo, hi) freePort chooses from: below the
+// kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range) and
+// from 15000, clear of the usual services' ports; lo == hi when the range is
+// unknown or leaves too few.
+func portRange() (lo, hi int) {
+	const from, least = 15000, 1000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first-from < least {
+		return 0, 0
+	}
+	return from, first
 }
 
 // start runs the process and waits until it logs that it accepts connections.

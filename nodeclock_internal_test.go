@@ -5,54 +5,92 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/redlock-go/redlock/node"
+	"github.com/redlock-go/redlock/quorum"
 )
 
-// nodeClock keeps the least late reading of the nodes' clock: a reading
-// noted late (its goroutine not scheduled at once) would make this
-// client's tickets early, and buy it places ahead of the waiters queued
-// just before it.
-func TestNodeClockKeepsTheLeastLateReading(t *testing.T) {
-	const c0 = int64(1_700_000_000_000_000) // the nodes' clock, µs
+// nodeClock keeps, for each node, the least late reading of its clock, and
+// a ticket is the median of the nodes' clocks so known: a reading noted
+// late (its goroutine not scheduled at once) would make this client's
+// tickets early and buy it places ahead of the waiters queued just before
+// it; and the nodes that answered an attempt first must not decide whose
+// clock the tickets follow (an adversarial review of the first version,
+// which kept the least late of the replies' medians).
+func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 	at := func(d time.Duration) time.Time { return monoBase.Add(time.Hour + d) }
+	c0 := at(0).UnixMicro() // the nodes' clock at 0, µs: this client's too
 	us := func(d time.Duration) int64 { return d.Microseconds() }
+	// reading is one refused attempt's replies, noted at: clocks[i] from node
+	// i, -1 for a node that did not answer (yet), 0 for one that tells no
+	// clock.
 	type reading struct {
-		clock int64
-		at    time.Duration
+		clocks []int64
+		at     time.Duration
 	}
+	ms := time.Millisecond
 	for _, tc := range []struct {
 		name     string
 		readings []reading
 		now      time.Duration
 		want     int64 // the ticket at now; 0: none
 	}{
-		{"one reading", []reading{{c0, 0}}, 2 * time.Millisecond, c0 + us(2*time.Millisecond)},
+		{"one node, one reading", []reading{{[]int64{c0}, 0}}, 2 * ms, c0 + us(2*ms)},
 		{"a later reading noted 900µs late is not kept",
-			[]reading{{c0, 0}, {c0 + us(100*time.Microsecond), time.Millisecond}},
-			2 * time.Millisecond, c0 + us(2*time.Millisecond)},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0 + us(100*time.Microsecond)}, ms}},
+			2 * ms, c0 + us(2*ms)},
 		{"a later reading that puts the clock further on is kept at once",
-			[]reading{{c0, 0}, {c0 + us(1500*time.Microsecond), time.Millisecond}},
-			2 * time.Millisecond, c0 + us(2500*time.Microsecond)},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0 + us(1500*time.Microsecond)}, ms}},
+			2 * ms, c0 + us(2500*time.Microsecond)},
 		{"a late reading is kept once the kept one is older than nodeClockBest (a clock stepped back)",
-			[]reading{{c0, 0}, {c0 - us(500*time.Millisecond), nodeClockBest + time.Millisecond}},
-			nodeClockBest + 2*time.Millisecond, c0 - us(500*time.Millisecond) + us(time.Millisecond)},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0 - us(500*ms)}, nodeClockBest + ms}},
+			nodeClockBest + 2*ms, c0 - us(500*ms) + us(ms)},
 		{"but not before",
-			[]reading{{c0, 0}, {c0 - us(500*time.Millisecond), nodeClockBest - time.Millisecond}},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0 - us(500*ms)}, nodeClockBest - ms}},
 			nodeClockBest, c0 + us(nodeClockBest)},
 		{"an unknown clock changes nothing",
-			[]reading{{c0, 0}, {0, time.Millisecond}},
-			2 * time.Millisecond, c0 + us(2*time.Millisecond)},
+			[]reading{{[]int64{c0}, 0}, {[]int64{0}, ms}},
+			2 * ms, c0 + us(2*ms)},
 		{"a reading not kept keeps the clock fresh",
-			[]reading{{c0, 0}, {c0, 50 * time.Millisecond}},
-			50*time.Millisecond + nodeClockFresh - time.Millisecond, c0 + us(50*time.Millisecond+nodeClockFresh-time.Millisecond)},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0}, 50 * ms}},
+			50*ms + nodeClockFresh - ms, c0 + us(50*ms+nodeClockFresh-ms)},
 		{"stale once nodeClockFresh passed since the last reading",
-			[]reading{{c0, 0}, {c0, 50 * time.Millisecond}},
-			50*time.Millisecond + nodeClockFresh + time.Millisecond, 0},
+			[]reading{{[]int64{c0}, 0}, {[]int64{c0}, 50 * ms}},
+			50*ms + nodeClockFresh + ms, 0},
 		{"never read", nil, 0, 0},
+		// Three nodes, node 1's clock 50 ms ahead: whichever two answered
+		// first, the ticket follows the median node.
+		{"the fast node answered first: the median of the three, not of the two",
+			[]reading{{[]int64{c0, c0 + us(50*ms), c0}, 0}, {[]int64{c0 + us(ms), c0 + us(50*ms+ms), -1}, ms}},
+			2 * ms, c0 + us(2*ms)},
+		{"a node 1.5 s off is left out",
+			[]reading{{[]int64{c0, c0 + us(1500*ms), c0 - us(ms)}, 0}},
+			ms, c0 + us(ms)},
+		{"each node's late reading is its own: node 0 noted late, node 2 not",
+			[]reading{{[]int64{c0, c0, c0}, 0}, {[]int64{c0, -1, c0 + us(ms)}, ms}},
+			2 * ms, c0 + us(2*ms)},
+		{"two nodes heard, one 1.5 s ahead: the one nearer this client's clock",
+			[]reading{{[]int64{c0, c0 + us(1500*ms), -1}, 0}},
+			ms, c0 + us(ms)},
+		{"two nodes heard, one 1.5 s behind: the one nearer this client's clock",
+			[]reading{{[]int64{c0, c0 - us(1500*ms), -1}, 0}},
+			ms, c0 + us(ms)},
+		{"a node not heard for nodeClockFresh is left out",
+			[]reading{{[]int64{c0 - us(300*ms), -1, -1}, 0}, {[]int64{-1, c0 + us(nodeClockFresh), c0 + us(nodeClockFresh+10*ms)}, nodeClockFresh}},
+			nodeClockFresh + 10*ms, c0 + us(nodeClockFresh+10*ms)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var k nodeClock
 			for _, r := range tc.readings {
-				k.learn(r.clock, at(r.at))
+				replies := make([]quorum.Reply[node.Acquired], len(r.clocks))
+				idx := make([]int, len(r.clocks))
+				for i, clock := range r.clocks {
+					idx[i] = i
+					if clock >= 0 {
+						replies[i] = quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: clock}}
+					}
+				}
+				k.learn(replies, idx, len(r.clocks), at(r.at))
 			}
 			assert.Equal(t, tc.want, k.ticket(at(tc.now)))
 		})

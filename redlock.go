@@ -493,8 +493,10 @@ func (l *Lock) afterGrant(ctx context.Context, lc lockConfig) error {
 // notAcquired gives a failed attempt of l up (what was taken is released),
 // settles the waiter's place from the nodes' replies, and returns the error.
 func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
+	replies := call.Replies()
+	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
 	if lc.waiter != nil {
-		lc.waiter.settle(call.Replies(), quorum.Majority(len(c.nodes)), c.ticketNow)
+		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), c.nodeClock.ticket(time.Now()), c.ticketNow)
 	}
 	c.abandonAcquire(call.Call, l)
 	undecided := errLeaseOutlived
@@ -502,8 +504,7 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 		undecided = errSplitVote
 	}
 	qe := call.fail(ctx, l.resource, ErrNotAcquired, o, undecided)
-	qe.clock, _ = medianClock(call.Replies())
-	c.nodeClock.learn(qe.clock, time.Now())
+	qe.clock, _ = medianClock(replies)
 	if o.Success {
 		qe.Validity = validity
 	}

@@ -16,23 +16,31 @@ import (
 // a majority of the nodes had queued first (ahead), and the nodes' clocks.
 //
 // A ticket is a time on the nodes' clocks, never this client's: a waiter
-// starts without one (0), or with the median of the clocks the nodes
-// answered with when they refused the attempt that made it a waiter
-// (QuorumError.clock), or what the client knows of their clock (nodeClock).
-// The first attempt without a ticket is not queued and learns
-// the clocks; the waiter then takes their median and tries again at once.
+// starts without one (0), or with what the client knows of their clocks
+// (known: nodeClock.ticket, the median of its readings of each node's
+// clock, which include those of the attempt that made it a waiter; the
+// median of this attempt's replies when it knows none). The first attempt
+// without a ticket is not queued and learns the clocks; the waiter then
+// takes that median and tries again at once.
 // A node queues a waiter, or moves a queued one, only to a ticket within
 // node.TicketBound of its own clock (node.TicketRefused otherwise): when a
-// node whose clock agrees with the others (within the bound of the median)
+// node whose clock agrees with the others (within the bound of that median)
 // refused w's ticket (it had dropped w, and the ticket has aged), w takes a
 // new ticket, sent alike to every node (w loses its place, but every node
 // orders it the same), and tries again at once. A node whose clock is
-// further off cannot queue anyone: its refusals are ignored. Only when no
-// node can tell its clock (a user without TIME) does the ticket come from
-// now, this client's clock.
-func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, now func() time.Time) {
+// further off cannot queue anyone: its refusals are ignored. (Measured
+// against the median of this attempt's replies, as until 6 December 2026,
+// a node far off agreed with the median of two replies of which it was
+// one, and its refusal renewed the ticket to its own clock, which the
+// others refused in turn: 8 clients at N=3 with one node 1.5 s ahead got
+// 405 to 720 grants each.) Only when no node can tell its clock (a user
+// without TIME) does the ticket come from now, this client's clock.
+func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, known int64, now func() time.Time) {
 	w.ahead = queuedAhead(replies, need)
-	m, ok := medianClock(replies)
+	m, ok := known, known != 0
+	if !ok {
+		m, ok = medianClock(replies)
+	}
 	renew := w.Ticket == 0
 	if ok {
 		for _, r := range replies {
@@ -50,75 +58,118 @@ func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, now func
 	w.requeued = false
 }
 
-// nodeClock is what a client knows of its nodes' clock: the median of the
-// clocks the replies of a refused attempt carried, against this process'
-// monotonic clock when the attempt was decided. A waiter's ticket can so be
-// a time on the nodes' clocks without asking them first; only when the
-// client has not heard from them lately does it ask (ticket 0, place.settle).
+// nodeClock is what a client knows of its nodes' clocks: for each node, a
+// reading of its clock that a refused attempt's reply carried, against this
+// process' monotonic clock when the attempt was decided. A waiter's ticket
+// is the median of the nodes' clocks so known, at the time it is taken
+// (ticket): a time on the nodes' clocks without asking them first; only
+// when the client has heard from none of them lately does it ask (ticket 0,
+// place.settle).
 //
-// Every reading is late: the nodes read their clocks before they replied,
-// and the client notes the reply when its goroutine next runs, after the
-// round was decided. The lateness makes the tickets early by as much, so
-// that a client whose last reading was noted late (a garbage collection, a
-// goroutine not scheduled on a busy machine) cut ahead of the waiters queued
-// just before it: with 8 separate clients on one key (N=1, hold 0) tickets
-// were early by 59 µs at the median, but by 0.3 to 2 ms for 1 % of them and
-// up to 5 ms, while a hand-over takes about 0.25 ms, and 1.5–2 % of the
-// grants went to a client that had been granted less than one round of the
-// others before (fair mode's fewest/most grants read 0.88–0.92 in some runs).
-// Since no reading can be early, the least late of those of the last
-// nodeClockBest is kept: a later one replaces it only if it puts the nodes'
-// clock further on, or once it is that old (the nodes' clocks may have been
-// stepped back). With that, the tickets of the same runs were early by 30 µs
-// at the median and by 80 µs for the 1 % (docs/benchmarks.md, "Tickets from
-// the least late reading").
+// Every reading is late: a node read its clock before it replied, and the
+// client notes the reply when its goroutine next runs, after the round was
+// decided. The lateness makes the tickets early by as much: a client whose
+// last reading was noted late (a garbage collection, a goroutine not
+// scheduled on a busy machine) cut ahead of the waiters queued just before
+// it. With 8 separate clients on one key (N=1, hold 0) tickets were early by
+// 59 µs at the median but by 0.3–2 ms for 1 % of them, and up to 5 ms, while
+// a hand-over takes about 0.25 ms; 1.5–2 % of the grants went to a client
+// granted less than one round of the others before. Since no reading of a
+// clock can be early, the least late reading of each node of the last
+// nodeClockBest is kept: a later one replaces it only if it puts that
+// node's clock further on, or once it is that old (the node's clock may
+// have been stepped back). This compares readings of one clock only: a
+// first version kept the least late of the replies' medians, but when the
+// nodes' clocks disagree, which nodes answered first moves a median more
+// than lateness does, and it kept the clock of whichever node was fastest
+// (an adversarial review: a node 1.5 s off set nearly every ticket, all of
+// them refused by the others; clients that saw a node 5 ms ahead only now
+// and then got late tickets for 100 ms, and fewer grants). The median over
+// the nodes, rather than over one attempt's replies, no longer depends on
+// which nodes answered first either (docs/benchmarks.md, "Tickets from each
+// node's least late reading").
 type nodeClock struct {
-	mu     sync.Mutex
-	offset int64     // the nodes' clock (µs) minus monotonic µs since monoBase
-	at     time.Time // when the last reading was noted (zero: never)
-	kept   time.Time // when the reading that gave offset was noted
+	mu    sync.Mutex
+	nodes []nodeReading // by position in Client.nodes; nil until a first reading
 }
 
-// nodeClockBest is how long the least late reading of the nodes' clock is
-// kept against later, later-noted ones (nodeClock): a waiting client notes
-// one on every refused attempt, dozens in that time under contention. A
-// node's clock stepped back is followed after that long at most; until then
-// this client's tickets are late by the step, which costs it places, never
-// anybody else's (and a step over node.TicketBound is refused at once).
-const nodeClockBest = 100 * time.Millisecond
+// nodeReading is what a client knows of one node's clock.
+type nodeReading struct {
+	offset int64     // the node's clock (µs) minus monotonic µs since monoBase
+	kept   time.Time // when the reading that gave offset was noted
+	at     time.Time // when the last reading was noted (zero: never)
+}
 
 // monoBase is the origin of the monotonic readings nodeClock keeps.
 var monoBase = time.Now()
 
-// nodeClockFresh is how long what a client learnt of its nodes' clock serves
+// nodeClockFresh is how long what a client learnt of a node's clock serves
 // for tickets: at the 1 % drift allowance, 100 ms of error at most, well
 // within node.TicketBound.
 const nodeClockFresh = 10 * time.Second
 
-// learn records the nodes' clock (µs; 0: unknown) as read at now, unless a
-// reading of the last nodeClockBest put it further on (nodeClock).
-func (k *nodeClock) learn(clock int64, now time.Time) {
-	if clock <= 0 {
-		return
-	}
-	offset := clock - now.Sub(monoBase).Microseconds()
-	k.mu.Lock()
-	if k.at.IsZero() || offset >= k.offset || now.Sub(k.kept) > nodeClockBest {
-		k.offset, k.kept = offset, now
-	}
-	k.at = now
-	k.mu.Unlock()
-}
+// nodeClockBest is how long the least late reading of a node's clock is
+// kept against later, later-noted ones (nodeClock): a waiting client notes
+// one on every refused attempt, dozens in that time under contention. A
+// node's clock stepped back is followed after that long at most; until then
+// that node's part in this client's tickets is late by the step (the median
+// of three or more nodes leaves one such node out), which costs this client
+// places, never anybody else's; a ticket a node refuses for it
+// (node.TicketBound) is renewed from the refusal's own clocks (place.settle).
+const nodeClockBest = 100 * time.Millisecond
 
-// ticket returns the nodes' clock at now, or 0 when the client has not heard
-// it for nodeClockFresh.
-func (k *nodeClock) ticket(now time.Time) int64 {
+// learn records the clocks (µs; 0: unknown) that replies carried, replies[j]
+// from node idx[j] of n, as noted at now: each replaces what is known of its
+// node unless a reading of the last nodeClockBest put that node's clock
+// further on (nodeClock).
+func (k *nodeClock) learn(replies []quorum.Reply[node.Acquired], idx []int, n int, now time.Time) {
+	mono := now.Sub(monoBase).Microseconds()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.at.IsZero() || now.Sub(k.at) > nodeClockFresh {
+	for j, r := range replies {
+		if !r.Done || r.Err != nil || r.Value.Clock <= 0 || j >= len(idx) || idx[j] >= n {
+			continue
+		}
+		if k.nodes == nil {
+			k.nodes = make([]nodeReading, n)
+		}
+		nr, offset := &k.nodes[idx[j]], r.Value.Clock-mono
+		if nr.at.IsZero() || offset >= nr.offset || now.Sub(nr.kept) > nodeClockBest {
+			nr.offset, nr.kept = offset, now
+		}
+		nr.at = now
+	}
+}
+
+// ticket returns the median of the nodes' clocks at now, over the nodes the
+// client heard from in the last nodeClockFresh, or 0 when it heard from
+// none. Of an even number, the one of the two in the middle nearer this
+// client's clock (now): a new client that heard two of three nodes, one of
+// them 1.5 s off, took the mean of the two, a ticket 0.75 s late that every
+// node accepted, and waited 0.76 s once while the others went round (a
+// review's test). A client clock far off picks either, each a node's clock.
+func (k *nodeClock) ticket(now time.Time) int64 {
+	var buf [8]int64
+	offsets := buf[:0]
+	k.mu.Lock()
+	for i := range k.nodes {
+		if nr := &k.nodes[i]; !nr.at.IsZero() && now.Sub(nr.at) <= nodeClockFresh {
+			offsets = append(offsets, nr.offset)
+		}
+	}
+	k.mu.Unlock()
+	if len(offsets) == 0 {
 		return 0
 	}
-	return now.Sub(monoBase).Microseconds() + k.offset
+	slices.Sort(offsets)
+	mono, h := now.Sub(monoBase).Microseconds(), len(offsets)/2
+	t := mono + offsets[h]
+	if len(offsets)%2 == 0 {
+		if lower, own := mono+offsets[h-1], now.UnixMicro(); abs(lower-own) < abs(t-own) {
+			t = lower
+		}
+	}
+	return t
 }
 
 // medianClock returns the median of the clocks the nodes answered with, and

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,83 @@ func (s skewedNode) AcquireFair(ctx context.Context, key, fenceKey, token string
 		a.Clock += s.d
 	}
 	return a, err
+}
+
+// Acquire shifts the node's clock in a plain attempt's refusal too.
+func (s skewedNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	a, err := s.Redis.Acquire(ctx, key, fenceKey, token, ttl)
+	if a.Clock > 0 {
+		a.Clock += s.d
+	}
+	return a, err
+}
+
+// lateNode is a skewedNode whose replies reach its client delay late: a
+// node farther from that client than the others.
+type lateNode struct {
+	skewedNode
+	delay time.Duration
+}
+
+func (s lateNode) AcquireFair(ctx context.Context, key, fenceKey, token string, ttl time.Duration, w node.Waiter) (node.Acquired, error) {
+	a, err := s.skewedNode.AcquireFair(ctx, key, fenceKey, token, ttl, w)
+	time.Sleep(s.delay)
+	return a, err
+}
+
+func (s lateNode) Acquire(ctx context.Context, key, fenceKey, token string, ttl time.Duration) (node.Acquired, error) {
+	a, err := s.skewedNode.Acquire(ctx, key, fenceKey, token, ttl)
+	time.Sleep(s.delay)
+	return a, err
+}
+
+// A node's clock 0.5 s ahead of the two others (within TicketBound) whose
+// replies reach four of eight clients first, and the other four 1 ms late:
+// tickets from the median of one attempt's replies followed that node's
+// clock for the first four (with two refusals deciding an attempt at N=3,
+// the median of two is the later), 0.5 s late, and they got about 10
+// grants each in 3 s against 700–1,100 for the others (an adversarial
+// review, 6 December 2026). A ticket is now the median over the nodes of
+// what the client knows of each node's clock (nodeClock).
+func TestOneNodeAheadBuysNoPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"default", nil},
+		{"fair", []Option{WithFair()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			servers := redistest.StartN(t, 3)
+			const clients = 8
+			cs := make([]*Client, clients)
+			for ci := range cs {
+				var ns []node.Node
+				for i, s := range servers {
+					r, err := node.Dial(s.URL(), node.WithTimeout(time.Second))
+					require.NoError(t, err)
+					t.Cleanup(func() { r.Close() })
+					switch {
+					case i != 1:
+						ns = append(ns, skewedNode{r, 0})
+					case ci < clients/2:
+						ns = append(ns, skewedNode{r, 500_000})
+					default:
+						ns = append(ns, lateNode{skewedNode{r, 500_000}, time.Millisecond})
+					}
+				}
+				c, err := New(ns, append(tc.opts, WithNodeTimeout(time.Second))...)
+				require.NoError(t, err)
+				t.Cleanup(func() { c.Close() })
+				cs[ci] = c
+			}
+			grants := contend(t, cs, "ahead", 3*time.Second)
+			t.Logf("grants per client (0-3 hear the node ahead first): %v", grants)
+			lo, hi := slices.Min(grants), slices.Max(grants)
+			require.Positive(t, hi)
+			assert.GreaterOrEqual(t, float64(lo)/float64(hi), 0.8, "fewest/most grants: %v", grants)
+		})
+	}
 }
 
 // Nodes 0.3 s apart (within TicketBound) and a client clock 0.8 s behind:

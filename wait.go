@@ -679,7 +679,11 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
 		// have been released while we subscribed).
-		w.queue(ctx, w.last.clock)
+		ticket := c.nodeClock.ticket(time.Now()) // this attempt's readings among them
+		if ticket == 0 {
+			ticket = w.last.clock
+		}
+		w.queue(ctx, ticket)
 		if !w.p.farBehind(w.lc.waiter) {
 			return nil, true, nil
 		}

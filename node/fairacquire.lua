@@ -74,9 +74,13 @@ local function renew(call)
   -- earlier expiry of the leases' key would stay in the queue, at its head
   -- perhaps, for as long as anyone renews the queue (an adversarial review
   -- of the change above, 6 December 2026). The releases and leaves only
-  -- lengthen the leases' key.
+  -- lengthen the leases' key. By 100 ms more than the queue: set to the
+  -- same length, in a later millisecond or read in one, the leases' key
+  -- could read a millisecond shorter than the queue at the next attempt,
+  -- which set it again for nothing (a flaky count in
+  -- TestQueueExpiriesLengthenedOnlyWhenLow).
   local xttl = call('PTTL', KEYS[4])
-  if type(xttl) == 'number' and xttl < qttl then call('PEXPIRE', KEYS[4], qttl) end
+  if type(xttl) == 'number' and xttl < qttl then call('PEXPIRE', KEYS[4], qttl + 100) end
 end
 local f, present = '0', 0
 if KEYS[2] ~= KEYS[1] then

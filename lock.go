@@ -117,7 +117,16 @@ func (a acquireOps) call(ctx context.Context, i int, n node.Node) (node.Acquired
 
 func (a acquireOps) undo(i int, r quorum.Reply[node.Acquired]) { a.l.undoStraggler(i, r) }
 
-func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) { a.l.split.observe(j, r) }
+func (a acquireOps) onReply(j int, r quorum.Reply[node.Acquired]) {
+	a.l.split.observe(j, r)
+	a.l.heard(j, r)
+}
+
+// heard records the node's clock that the reply r of node j (an acquisition
+// round asks every node: j is its position in Client.nodes) carried.
+func (l *Lock) heard(j int, r quorum.Reply[node.Acquired]) {
+	l.c.nodeClock.hear(j, len(l.c.nodes), r)
+}
 
 // newLock returns the lock an acquisition attempt on resource will try to take,
 // with a fresh owner token. counted says whether the acquisition reads the

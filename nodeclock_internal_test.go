@@ -69,6 +69,9 @@ func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 		{"each node's late reading is its own: node 0 noted late, node 2 not",
 			[]reading{{[]int64{c0, c0, c0}, 0}, {[]int64{c0, -1, c0 + us(ms)}, ms}},
 			2 * ms, c0 + us(2*ms)},
+		{"two nodes heard within the bound: the later, whichever is nearer this client's clock",
+			[]reading{{[]int64{c0 - us(10*ms), c0 + us(90*ms), -1}, 0}},
+			ms, c0 + us(90*ms) + us(ms)},
 		{"two nodes heard, one 1.5 s ahead: the one nearer this client's clock",
 			[]reading{{[]int64{c0, c0 + us(1500*ms), -1}, 0}},
 			ms, c0 + us(ms)},
@@ -77,7 +80,7 @@ func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 			ms, c0 + us(ms)},
 		{"a node not heard for nodeClockFresh is left out",
 			[]reading{{[]int64{c0 - us(300*ms), -1, -1}, 0}, {[]int64{-1, c0 + us(nodeClockFresh), c0 + us(nodeClockFresh+10*ms)}, nodeClockFresh}},
-			nodeClockFresh + 10*ms, c0 + us(nodeClockFresh+10*ms)},
+			nodeClockFresh + 10*ms, c0 + us(10*ms) + us(nodeClockFresh+10*ms)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var k nodeClock
@@ -95,4 +98,20 @@ func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 			assert.Equal(t, tc.want, k.ticket(at(tc.now)))
 		})
 	}
+}
+
+// hear records a reply's clock as it arrives, stragglers included, and
+// nothing for a reply without one (a grant, an error).
+func TestNodeClockHearsEachReply(t *testing.T) {
+	now := time.Now()
+	c0 := now.UnixMicro()
+	var k nodeClock
+	k.hear(0, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{OK: true}})
+	k.hear(1, 3, quorum.Reply[node.Acquired]{Done: true, Err: assert.AnError, Value: node.Acquired{Clock: c0}})
+	k.hear(2, 3, quorum.Reply[node.Acquired]{Value: node.Acquired{Clock: c0}}) // not done
+	k.hear(5, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: c0}})
+	assert.Zero(t, k.ticket(now), "nothing heard")
+	k.hear(2, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: c0 + 50_000}})
+	got := k.ticket(time.Now())
+	assert.InDelta(t, c0+50_000, got, float64(time.Since(now).Microseconds()+1000), "node 2's clock, 50 ms ahead")
 }

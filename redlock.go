@@ -467,6 +467,7 @@ func (l *Lock) acquireRound(lc lockConfig) round[node.Acquired] {
 		l.args.SetWaiter(w.ID)
 		rd.onReply = func(j int, r quorum.Reply[node.Acquired]) {
 			l.split.observe(j, r)
+			l.heard(j, r)
 			l.c.leaveLate(l.key, w, j, r)
 		}
 	}
@@ -490,10 +491,26 @@ func (l *Lock) afterGrant(ctx context.Context, lc lockConfig) error {
 	return nil
 }
 
+// awaitSettled waits until every node of call answered, d has passed, or
+// ctx ended.
+func awaitSettled[T any](ctx context.Context, call *quorum.Call[T], d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-call.Settled():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // notAcquired gives a failed attempt of l up (what was taken is released),
 // settles the waiter's place from the nodes' replies, and returns the error.
 func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
 	replies := call.Replies()
+	if d, wait := c.nodeClock.unheard(replies, call.r.idx, len(c.nodes)); wait {
+		awaitSettled(ctx, call.Call, d)
+		replies = call.Replies()
+	}
 	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
 	if lc.waiter != nil {
 		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), c.nodeClock.ticket(time.Now()), c.ticketNow)

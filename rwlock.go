@@ -229,7 +229,10 @@ func (w writeOps) call(ctx context.Context, i int, n node.Node) (node.Acquired, 
 
 func (w writeOps) undo(i int, r quorum.Reply[node.Acquired]) { w.l.undoStraggler(i, r) }
 
-func (w writeOps) onReply(j int, r quorum.Reply[node.Acquired]) { w.l.split.observe(j, r) }
+func (w writeOps) onReply(j int, r quorum.Reply[node.Acquired]) {
+	w.l.split.observe(j, r)
+	w.l.heard(j, r)
+}
 
 // tryWrite is one write acquisition attempt: try, with the write-acquire
 // script instead of the plain one.

@@ -78,6 +78,26 @@ func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 		{"two nodes heard, one 1.5 s behind: the one nearer this client's clock",
 			[]reading{{[]int64{c0, c0 - us(1500*ms), -1}, 0}},
 			ms, c0 + us(ms)},
+		// Four nodes, two of them 400 ms ahead: a client that missed one
+		// picks no earlier than one that heard all (a third review).
+		{"N=4, every node heard: the later of the two middle clocks",
+			[]reading{{[]int64{c0, c0, c0 + us(400*ms), c0 + us(400*ms)}, 0}},
+			ms, c0 + us(400*ms) + us(ms)},
+		{"N=4, a node ahead not heard: no earlier",
+			[]reading{{[]int64{c0, c0, c0 + us(400*ms), -1}, 0}},
+			ms, c0 + us(400*ms) + us(ms)},
+		{"N=4, a node behind not heard: later, never earlier",
+			[]reading{{[]int64{-1, c0, c0 + us(400*ms), c0 + us(400*ms)}, 0}},
+			ms, c0 + us(400*ms) + us(ms)},
+		{"N=4, two nodes not heard: none (the attempt's own median)",
+			[]reading{{[]int64{c0, c0, -1, -1}, 0}},
+			ms, 0},
+		{"N=2, one node heard: none",
+			[]reading{{[]int64{c0, -1}, 0}},
+			ms, 0},
+		{"N=3, one node heard: none",
+			[]reading{{[]int64{c0, -1, -1}, 0}},
+			ms, 0},
 		{"a node not heard for nodeClockFresh is left out",
 			[]reading{{[]int64{c0 - us(300*ms), -1, -1}, 0}, {[]int64{-1, c0 + us(nodeClockFresh), c0 + us(nodeClockFresh+10*ms)}, nodeClockFresh}},
 			nodeClockFresh + 10*ms, c0 + us(10*ms) + us(nodeClockFresh+10*ms)},
@@ -112,6 +132,36 @@ func TestNodeClockHearsEachReply(t *testing.T) {
 	k.hear(5, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: c0}})
 	assert.Zero(t, k.ticket(now), "nothing heard")
 	k.hear(2, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: c0 + 50_000}})
+	assert.Zero(t, k.ticket(now), "one node of three heard: too few")
+	k.hear(0, 3, quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: c0}})
 	got := k.ticket(time.Now())
-	assert.InDelta(t, c0+50_000, got, float64(time.Since(now).Microseconds()+1000), "node 2's clock, 50 ms ahead")
+	assert.InDelta(t, c0+50_000, got, float64(time.Since(now).Microseconds()+1000), "node 2's clock, 50 ms ahead, the later of two")
+}
+
+// unheard makes a refused attempt wait for a node still to answer that the
+// client has not heard lately, at most once per node and nodeClockFresh,
+// for at most four times the slowest reply (at least a millisecond).
+func TestNodeClockWaitsOnceForAnUnheardNode(t *testing.T) {
+	now := time.Now()
+	done := func(clock int64, latency time.Duration) quorum.Reply[node.Acquired] {
+		return quorum.Reply[node.Acquired]{Done: true, Latency: latency, Value: node.Acquired{Clock: clock}}
+	}
+	pending := quorum.Reply[node.Acquired]{}
+	idx := []int{0, 1, 2}
+	var k nodeClock
+	replies := []quorum.Reply[node.Acquired]{done(1, 300*time.Microsecond), done(1, 2*time.Millisecond), pending}
+	d, wait := k.unheard(replies, idx, 3, now)
+	assert.True(t, wait, "node 2 never heard")
+	assert.Equal(t, 8*time.Millisecond, d, "four times the slowest reply")
+	_, wait = k.unheard(replies, idx, 3, now.Add(time.Second))
+	assert.False(t, wait, "once per node")
+	_, wait = k.unheard(replies, idx, 3, now.Add(nodeClockFresh+time.Second))
+	assert.True(t, wait, "again once nodeClockFresh passed")
+	k.learn([]quorum.Reply[node.Acquired]{done(now.UnixMicro(), 0), done(now.UnixMicro(), 0), done(now.UnixMicro(), 0)}, idx, 3, now.Add(2*nodeClockFresh))
+	_, wait = k.unheard(replies, idx, 3, now.Add(2*nodeClockFresh+time.Second))
+	assert.False(t, wait, "node 2 heard lately")
+	var k2 nodeClock
+	d, wait = k2.unheard([]quorum.Reply[node.Acquired]{done(1, 0), pending, pending}, idx, 3, now)
+	assert.True(t, wait, "node 1 never heard nor waited for")
+	assert.Equal(t, time.Millisecond, d, "at least a millisecond")
 }

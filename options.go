@@ -121,6 +121,7 @@ func (f holdOptionFunc) applyDo(_ *lockConfig, h *holdConfig) error { return f(h
 type lockConfig struct {
 	attempts *int   // counts attempts for hooks, when set
 	waiter   *place // the place in the nodes' waiters' queues (WithFair)
+	once     bool   // one attempt (TryLock, TryWLock): its refusal takes no ticket (nodeClock.unheard)
 	fence    bool
 	meta     *string // WithMetadata, or a leader's value (meta.go): written right after the grant
 	watched  bool    // the key's own channel is watched (semaphore slots, an election): newLock

@@ -348,6 +348,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, opts ...LockOptio
 
 // tryOnce is TryLock's attempt; in fair mode it queues for that attempt only.
 func (c *Client) tryOnce(ctx context.Context, resource string, lc lockConfig) (*Lock, error) {
+	lc.once = true
 	if !c.cfg.fair {
 		return c.try(ctx, resource, lc)
 	}
@@ -506,16 +507,18 @@ func awaitSettled[T any](ctx context.Context, call *quorum.Call[T], d time.Durat
 // notAcquired gives a failed attempt of l up (what was taken is released),
 // settles the waiter's place from the nodes' replies, and returns the error.
 func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
+	c.abandonAcquire(call.Call, l)
 	replies := call.Replies()
-	if d, wait := c.nodeClock.unheard(replies, call.r.idx, len(c.nodes)); wait {
+	if lc.once { // TryLock's refusal takes no ticket: no wait
+	} else if d, wait := c.nodeClock.unheard(replies, call.r.idx, len(c.nodes), time.Now()); wait {
 		awaitSettled(ctx, call.Call, d)
 		replies = call.Replies()
 	}
 	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
 	if lc.waiter != nil {
-		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), c.nodeClock.ticket(time.Now()), c.ticketNow)
+		known, few := c.nodeClock.ticketOr(time.Now())
+		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), known, few, c.ticketNow)
 	}
-	c.abandonAcquire(call.Call, l)
 	undecided := errLeaseOutlived
 	if splitVote {
 		undecided = errSplitVote

@@ -92,6 +92,7 @@ func (c *Client) TryWLock(ctx context.Context, resource string, opts ...LockOpti
 	if err != nil {
 		return nil, err
 	}
+	lc.once = true
 	return rwHooked(ctx, c, resource, func(ctx context.Context) (*Lock, error) {
 		return c.tryWrite(ctx, resource, lc, "")
 	})

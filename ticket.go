@@ -19,7 +19,8 @@ import (
 // starts without one (0), or with what the client knows of their clocks
 // (known: nodeClock.ticket, the median of its readings of each node's
 // clock, which include those of the attempt that made it a waiter; the
-// median of this attempt's replies when it knows none). The first attempt
+// median of this attempt's replies when it knows none; no ticket yet, and
+// no retry at once, when it heard fewer than a majority: few). The first attempt
 // without a ticket is not queued and learns the clocks; the waiter then
 // takes that median and tries again at once.
 // A node queues a waiter, or moves a queued one, only to a ticket within
@@ -35,8 +36,12 @@ import (
 // others refused in turn: 8 clients at N=3 with one node 1.5 s ahead got
 // 405 to 720 grants each.) Only when no node can tell its clock (a user
 // without TIME) does the ticket come from now, this client's clock.
-func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, known int64, now func() time.Time) {
+func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, known int64, few bool, now func() time.Time) {
 	w.ahead = queuedAhead(replies, need)
+	if known == 0 && few { // too few nodes heard for a ticket: none, and ask again
+		w.requeue, w.requeued = false, false
+		return
+	}
 	m, ok := known, known != 0
 	if !ok {
 		m, ok = medianClock(replies)
@@ -99,21 +104,23 @@ type nodeReading struct {
 	offset int64     // the node's clock (µs) minus monotonic µs since monoBase
 	kept   time.Time // when the reading that gave offset was noted
 	at     time.Time // when the last reading was noted (zero: never)
-	waited bool      // an attempt waited for this node's reply once (unheard)
+	waited time.Time // when an attempt last waited for this node's reply (unheard)
 }
 
 // unheard reports whether a refused attempt, whose replies[j] come from
 // node idx[j] of n, should wait for the replies still on their way before
-// its waiter takes a ticket, and how long at most: some node it asked was
-// never heard, nor waited for. Without that node the client may know an
-// even number of nodes, two of them 0.5 s apart, and take the later clock
-// (ticket); the clients that know all of them take the median, and this
-// one waited 0.5 s once (TestOneNodeAheadBuysNoPlace). The wait is bounded
-// by four times the slowest reply so far (at least a millisecond), and
-// made once per node, whatever it brought: a node that is down or hung
-// costs one such wait in the client's life, and then is left out of its
-// tickets until it is heard.
-func (k *nodeClock) unheard(replies []quorum.Reply[node.Acquired], idx []int, n int) (time.Duration, bool) {
+// its waiter takes a ticket, and how long at most: some node it asked is
+// still to answer, and was not heard in the last nodeClockFresh, nor waited
+// for. Without that node the client may know too few nodes for a ticket
+// (ticket: the attempt's own median then, which follows the nodes that
+// answered first), or pick a later clock than the others: a new client in
+// TestOneNodeAheadBuysNoPlace waited 0.5 s once. The wait is bounded by
+// four times the slowest reply so far (at least a millisecond), and made at
+// most once per node and nodeClockFresh, whatever it brought: a node that
+// is down or hung costs one such wait, and is then left out of the
+// client's tickets (counted as later than all) until it is heard. now is
+// the time of the attempt's end.
+func (k *nodeClock) unheard(replies []quorum.Reply[node.Acquired], idx []int, n int, now time.Time) (time.Duration, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	wait, slowest := false, time.Duration(0)
@@ -128,8 +135,11 @@ func (k *nodeClock) unheard(replies []quorum.Reply[node.Acquired], idx []int, n 
 		if k.nodes == nil {
 			k.nodes = make([]nodeReading, n)
 		}
-		if nr := &k.nodes[idx[j]]; nr.at.IsZero() && !nr.waited {
-			nr.waited, wait = true, true
+		nr := &k.nodes[idx[j]]
+		heard := !nr.at.IsZero() && now.Sub(nr.at) <= nodeClockFresh
+		waited := !nr.waited.IsZero() && now.Sub(nr.waited) <= nodeClockFresh
+		if !heard && !waited {
+			nr.waited, wait = now, true
 		}
 	}
 	return max(4*slowest, time.Millisecond), wait
@@ -202,19 +212,35 @@ func (k *nodeClock) noteLocked(i, n int, r quorum.Reply[node.Acquired], now time
 	}
 }
 
-// ticket returns the median of the nodes' clocks at now, over the nodes the
-// client heard from in the last nodeClockFresh, or 0 when it heard from
-// none. Of an even number, the later of the two in the middle, as every
-// client chooses (an earlier choice could only cost this client places),
-// unless they are more than node.TicketBound apart: then the one nearer this
-// client's clock (now), since the other node cannot be within the bound of
-// both (a new client that heard two of three nodes, one 1.5 s ahead, took a
-// ticket on it that the two others refused; the mean, 0.75 s late, every
-// node accepted, and the client waited 0.76 s once). Choosing by the
+// ticket returns the nodes' median clock at now, as far as the client heard
+// them in the last nodeClockFresh: of the N nodes' clocks in order, the
+// one at N/2 (the later of the two middle ones for an even N, as every
+// client chooses, so that a wrong choice could only cost this client
+// places), with the clocks of nodes it did not hear counted as later than
+// all: a client that missed a node then picks no earlier than one that
+// heard them all (a third review, of 67e984a: at N=4 a new client that
+// missed one node picked the earlier middle clock and went ahead of five
+// waiters). It returns 0 when it heard fewer than N/2+1 nodes (ticketOr),
+// or none. When that clock and the
+// one before it are more than node.TicketBound apart, the one nearer this
+// client's clock (now): one of the two nodes cannot queue the other's
+// tickets (a new client that heard two of three nodes, one 1.5 s ahead,
+// took a ticket on it that the two others refused). Choosing by the
 // client's clock within the bound made clients on either side of the
 // midpoint of two nodes 100 ms apart take tickets 100 ms apart, and those
 // behind took every turn (a review of 09fed9f: 29 grants against 969).
 func (k *nodeClock) ticket(now time.Time) int64 {
+	t, _ := k.ticketOr(now)
+	return t
+}
+
+// ticketOr is ticket, and tells apart the two cases without one: few is
+// true when the client heard some node lately, but fewer than N/2+1 (a
+// majority). Its attempt's own median would then follow the nodes that
+// answered first, which may be earlier than every other client's ticket (a
+// third review: at N=2, a new client that missed the node ahead went first
+// of six); the waiter rather takes no ticket, and asks again.
+func (k *nodeClock) ticketOr(now time.Time) (t int64, few bool) {
 	var buf [8]int64
 	offsets := buf[:0]
 	k.mu.Lock()
@@ -223,19 +249,20 @@ func (k *nodeClock) ticket(now time.Time) int64 {
 			offsets = append(offsets, nr.offset)
 		}
 	}
+	h := len(k.nodes) / 2
 	k.mu.Unlock()
-	if len(offsets) == 0 {
-		return 0
+	if h >= len(offsets) {
+		return 0, len(offsets) > 0
 	}
 	slices.Sort(offsets)
-	mono, h := now.Sub(monoBase).Microseconds(), len(offsets)/2
-	t := mono + offsets[h]
-	if len(offsets)%2 == 0 && offsets[h]-offsets[h-1] > node.TicketBound.Microseconds() {
-		if lower, own := mono+offsets[h-1], now.UnixMicro(); abs(lower-own) < abs(t-own) {
-			t = lower
+	mono := now.Sub(monoBase).Microseconds()
+	t = mono + offsets[h]
+	if h > 0 && offsets[h]-offsets[h-1] > node.TicketBound.Microseconds() {
+		if before, own := mono+offsets[h-1], now.UnixMicro(); abs(before-own) < abs(t-own) {
+			t = before
 		}
 	}
-	return t
+	return t, false
 }
 
 // medianClock returns the median of the clocks the nodes answered with, and

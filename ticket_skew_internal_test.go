@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -205,5 +206,77 @@ func queued(t *testing.T, servers []*redistest.Server, q string, n int, skip ...
 			v, _ := redis.Strings(s.Do("ZRANGE", q, 0, -1, "WITHSCORES"))
 			t.Fatalf("node %d: %d waiters wanted in %s, it holds %v", i, n, q, v)
 		}
+	}
+}
+
+// A new client whose replies from one node come 10 ms late (later than its
+// attempt's wait for a node it never heard: nodeClock.unheard), at an even
+// N where that node's clock is 0.4 s ahead, queues behind the waiters that
+// were there first. At N=4 it picked the earlier of the two middle clocks
+// of the three nodes it heard, at N=2 its attempt's own median (one node):
+// either way it went first of six (a third review of the tickets, 6
+// December 2026). It now counts the nodes it did not hear as later than
+// all, and takes no ticket while it heard fewer than a majority.
+func TestNewcomerMissingANodeQueuesLast(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		skews []int64 // µs per node; the last node's replies reach X late
+		opts  []Option
+	}{
+		{"N=2 fair", []int64{0, 400_000}, []Option{WithFair()}},
+		{"N=2 default", []int64{0, 400_000}, nil},
+		{"N=4 fair", []int64{0, 0, 400_000, 400_000}, []Option{WithFair()}},
+		{"N=4 default", []int64{0, 0, 400_000, 400_000}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			servers := redistest.StartN(t, len(tc.skews))
+			dial := func(late bool) *Client {
+				var ns []node.Node
+				for i, s := range servers {
+					r, err := node.Dial(s.URL(), node.WithTimeout(time.Second))
+					require.NoError(t, err)
+					t.Cleanup(func() { r.Close() })
+					if late && i == len(servers)-1 {
+						ns = append(ns, lateNode{skewedNode{r, tc.skews[i]}, 10 * time.Millisecond})
+					} else {
+						ns = append(ns, skewedNode{r, tc.skews[i]})
+					}
+				}
+				c, err := New(ns, append(tc.opts, WithNodeTimeout(time.Second))...)
+				require.NoError(t, err)
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			hc := dial(false)
+			held, err := hc.Lock(ctx, "newcomer")
+			require.NoError(t, err)
+			order := make(chan string, 6)
+			lock := func(name string, c *Client) {
+				go func() {
+					l, err := c.Lock(ctx, "newcomer")
+					if !assert.NoError(t, err, name) {
+						order <- name + " failed"
+						return
+					}
+					order <- name
+					assert.NoError(t, l.Release(context.Background()))
+				}()
+			}
+			const q = "redlock:{newcomer}:q"
+			for i := range 5 {
+				lock(fmt.Sprintf("W%d", i), dial(false))
+				queued(t, servers, q, i+1, hc)
+			}
+			lock("X", dial(true))
+			queued(t, servers, q, 6, hc)
+			require.NoError(t, held.Release(ctx))
+			var got []string
+			for range 6 {
+				got = append(got, <-order)
+			}
+			assert.Equal(t, []string{"W0", "W1", "W2", "W3", "W4", "X"}, got, "the order of the grants")
+		})
 	}
 }

@@ -679,8 +679,8 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
 		// have been released while we subscribed).
-		ticket := c.nodeClock.ticket(time.Now()) // this attempt's readings among them
-		if ticket == 0 {
+		ticket, few := c.nodeClock.ticketOr(time.Now()) // this attempt's readings among them
+		if ticket == 0 && !few {
 			ticket = w.last.clock
 		}
 		w.queue(ctx, ticket)

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -149,16 +150,18 @@ func TestNodeClockWaitsOnceForAnUnheardNode(t *testing.T) {
 	pending := quorum.Reply[node.Acquired]{}
 	idx := []int{0, 1, 2}
 	var k nodeClock
-	replies := []quorum.Reply[node.Acquired]{done(1, 300*time.Microsecond), done(1, 2*time.Millisecond), pending}
-	d, wait := k.unheard(replies, idx, 3, now)
+	timedOut := quorum.Reply[node.Acquired]{Done: true, Err: context.DeadlineExceeded, Latency: time.Second}
+	replies := []quorum.Reply[node.Acquired]{done(1, 300*time.Microsecond), done(1, 2*time.Millisecond), pending, timedOut}
+	idx = append(idx, 3)
+	d, wait := k.unheard(replies, idx, 4, now)
 	assert.True(t, wait, "node 2 never heard")
-	assert.Equal(t, 8*time.Millisecond, d, "four times the slowest reply")
-	_, wait = k.unheard(replies, idx, 3, now.Add(time.Second))
+	assert.Equal(t, 8*time.Millisecond, d, "four times the slowest answer, not the timeout's")
+	_, wait = k.unheard(replies, idx, 4, now.Add(time.Second))
 	assert.False(t, wait, "once per node")
-	_, wait = k.unheard(replies, idx, 3, now.Add(nodeClockFresh+time.Second))
+	_, wait = k.unheard(replies, idx, 4, now.Add(nodeClockFresh+time.Second))
 	assert.True(t, wait, "again once nodeClockFresh passed")
-	k.learn([]quorum.Reply[node.Acquired]{done(now.UnixMicro(), 0), done(now.UnixMicro(), 0), done(now.UnixMicro(), 0)}, idx, 3, now.Add(2*nodeClockFresh))
-	_, wait = k.unheard(replies, idx, 3, now.Add(2*nodeClockFresh+time.Second))
+	k.learn([]quorum.Reply[node.Acquired]{done(now.UnixMicro(), 0), done(now.UnixMicro(), 0), done(now.UnixMicro(), 0)}, idx, 4, now.Add(2*nodeClockFresh))
+	_, wait = k.unheard(replies, idx, 4, now.Add(2*nodeClockFresh+time.Second))
 	assert.False(t, wait, "node 2 heard lately")
 	var k2 nodeClock
 	d, wait = k2.unheard([]quorum.Reply[node.Acquired]{done(1, 0), pending, pending}, idx, 3, now)

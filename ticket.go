@@ -115,7 +115,8 @@ type nodeReading struct {
 // (ticket: the attempt's own median then, which follows the nodes that
 // answered first), or pick a later clock than the others: a new client in
 // TestOneNodeAheadBuysNoPlace waited 0.5 s once. The wait is bounded by
-// four times the slowest reply so far (at least a millisecond), and made at
+// four times the slowest answer so far (errors aside; at least a
+// millisecond), and made at
 // most once per node and nodeClockFresh, whatever it brought: a node that
 // is down or hung costs one such wait, and is then left out of the
 // client's tickets (counted as later than all) until it is heard. now is
@@ -126,7 +127,9 @@ func (k *nodeClock) unheard(replies []quorum.Reply[node.Acquired], idx []int, n 
 	wait, slowest := false, time.Duration(0)
 	for j, r := range replies {
 		if r.Done {
-			slowest = max(slowest, r.Latency)
+			if r.Err == nil { // a timeout or a refused connection is no measure
+				slowest = max(slowest, r.Latency)
+			}
 			continue
 		}
 		if j >= len(idx) || idx[j] < 0 || idx[j] >= n {

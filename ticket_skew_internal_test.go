@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,14 +248,18 @@ func TestNewcomerMissingANodeQueuesLast(t *testing.T) {
 				t.Cleanup(func() { c.Close() })
 				return c
 			}
+			var wg sync.WaitGroup // the releases, before the clients close
+			defer wg.Wait()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			defer cancel() // first: a failed test's waiting calls end at once
 			hc := dial(false)
 			held, err := hc.Lock(ctx, "newcomer")
 			require.NoError(t, err)
 			order := make(chan string, 6)
 			lock := func(name string, c *Client) {
+				wg.Add(1)
 				go func() {
+					defer wg.Done()
 					l, err := c.Lock(ctx, "newcomer")
 					if !assert.NoError(t, err, name) {
 						order <- name + " failed"

@@ -505,14 +505,17 @@ func awaitSettled[T any](ctx context.Context, call *quorum.Call[T], d time.Durat
 }
 
 // notAcquired gives a failed attempt of l up (what was taken is released),
-// settles the waiter's place from the nodes' replies, and returns the error.
+// learns the nodes' clocks from its replies (after a short wait, once per
+// node, for one not heard lately: nodeClock.unheard), settles the waiter's
+// place from them, and returns the error.
 func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
 	c.abandonAcquire(call.Call, l)
 	replies := call.Replies()
-	if lc.once { // TryLock's refusal takes no ticket: no wait
-	} else if d, wait := c.nodeClock.unheard(replies, call.r.idx, len(c.nodes), time.Now()); wait {
-		awaitSettled(ctx, call.Call, d)
-		replies = call.Replies()
+	if !lc.once { // a one-shot attempt's refusal takes no ticket: no wait
+		if d, wait := c.nodeClock.unheard(replies, call.r.idx, len(c.nodes), time.Now()); wait {
+			awaitSettled(ctx, call.Call, d)
+			replies = call.Replies()
+		}
 	}
 	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
 	if lc.waiter != nil {

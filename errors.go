@@ -151,10 +151,6 @@ type QuorumError struct {
 
 	notSent   bool // the operation failed before any node was asked (Cause says why)
 	undecided bool // waiting stopped before the outcome was known
-	// clock: for a refused acquisition, the median of the clocks (µs) the
-	// nodes answered with (0 if none did): the ticket of the waiter the
-	// refused Lock call becomes (place.settle).
-	clock int64
 }
 
 func (e *QuorumError) Error() string {

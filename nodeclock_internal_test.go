@@ -90,7 +90,7 @@ func TestNodeClockKeepsTheLeastLateReadingOfEachNode(t *testing.T) {
 		{"N=4, a node behind not heard: later, never earlier",
 			[]reading{{[]int64{-1, c0, c0 + us(400*ms), c0 + us(400*ms)}, 0}},
 			ms, c0 + us(400*ms) + us(ms)},
-		{"N=4, two nodes not heard: none (the attempt's own median)",
+		{"N=4, two nodes not heard: none (ask again)",
 			[]reading{{[]int64{c0, c0, -1, -1}, 0}},
 			ms, 0},
 		{"N=2, one node heard: none",

@@ -517,9 +517,10 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 			replies = call.Replies()
 		}
 	}
-	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
+	now := time.Now()
+	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), now)
 	if lc.waiter != nil {
-		known, few := c.nodeClock.ticketOr(time.Now())
+		known, few := c.nodeClock.ticketOr(now)
 		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), known, few, c.ticketNow)
 	}
 	undecided := errLeaseOutlived
@@ -527,7 +528,6 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 		undecided = errSplitVote
 	}
 	qe := call.fail(ctx, l.resource, ErrNotAcquired, o, undecided)
-	qe.clock, _ = medianClock(replies)
 	if o.Success {
 		qe.Validity = validity
 	}

@@ -18,9 +18,9 @@ import (
 // A ticket is a time on the nodes' clocks, never this client's: a waiter
 // starts without one (0), or with what the client knows of their clocks
 // (known: nodeClock.ticket, the median of its readings of each node's
-// clock, which include those of the attempt that made it a waiter; the
-// median of this attempt's replies when it knows none; no ticket yet, and
-// no retry at once, when it heard fewer than a majority: few). The first attempt
+// clock, which include those of the attempt that made it a waiter; no
+// ticket yet, and no retry at once, when it heard fewer than a majority:
+// few). The first attempt
 // without a ticket is not queued and learns the clocks; the waiter then
 // takes that median and tries again at once.
 // A node queues a waiter, or moves a queued one, only to a ticket within
@@ -42,19 +42,15 @@ func (w *place) settle(replies []quorum.Reply[node.Acquired], need int, known in
 		w.requeue, w.requeued = false, false
 		return
 	}
-	m, ok := known, known != 0
-	if !ok {
-		m, ok = medianClock(replies)
-	}
-	renew := w.Ticket == 0
-	if ok {
+	m, renew := known, w.Ticket == 0
+	if m == 0 { // no reply told a clock (known includes this attempt's)
+		m = now().UnixMicro()
+	} else {
 		for _, r := range replies {
 			if r.Done && r.Err == nil && r.Value.Queue == node.TicketRefused && abs(r.Value.Clock-m) <= node.TicketBound.Microseconds() {
 				renew = true
 			}
 		}
-	} else {
-		m = now().UnixMicro()
 	}
 	if renew {
 		w.Ticket = m
@@ -112,8 +108,8 @@ type nodeReading struct {
 // its waiter takes a ticket, and how long at most: some node it asked is
 // still to answer, and was not heard in the last nodeClockFresh, nor waited
 // for. Without that node the client may know too few nodes for a ticket
-// (ticket: the attempt's own median then, which follows the nodes that
-// answered first), or pick a later clock than the others: a new client in
+// (ticketOr: few, and it asks again), or pick a later clock than the
+// others: a new client in
 // TestOneNodeAheadBuysNoPlace waited 0.5 s once. The wait is bounded by
 // four times the slowest answer so far (errors aside; at least a
 // millisecond), and made at
@@ -266,22 +262,6 @@ func (k *nodeClock) ticketOr(now time.Time) (t int64, few bool) {
 		}
 	}
 	return t, false
-}
-
-// medianClock returns the median of the clocks the nodes answered with, and
-// whether any did.
-func medianClock(replies []quorum.Reply[node.Acquired]) (int64, bool) {
-	var clocks []int64
-	for _, r := range replies {
-		if r.Done && r.Err == nil && r.Value.Clock > 0 {
-			clocks = append(clocks, r.Value.Clock)
-		}
-	}
-	if len(clocks) == 0 {
-		return 0, false
-	}
-	slices.Sort(clocks)
-	return clocks[len(clocks)/2], true
 }
 
 func abs(x int64) int64 {

@@ -679,11 +679,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
 		// have been released while we subscribed).
-		ticket, few := c.nodeClock.ticketOr(time.Now()) // this attempt's readings among them
-		if ticket == 0 && !few {
-			ticket = w.last.clock
-		}
-		w.queue(ctx, ticket)
+		w.queue(ctx, c.nodeClock.ticket(time.Now())) // this attempt's readings among them
 		if !w.p.farBehind(w.lc.waiter) {
 			return nil, true, nil
 		}

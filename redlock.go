@@ -517,10 +517,14 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 			replies = call.Replies()
 		}
 	}
-	now := time.Now()
-	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), now)
+	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
+	// The nodes' clocks when the attempt was sent, not now: its OnAttempt
+	// hook, the wait above or a busy machine may have let a later caller
+	// take its ticket first (TestFairWaitersBehindDoNotPoll, 1 or 2 runs in
+	// 8 after the per-node nodeClock; until then a ticket was the refusing
+	// nodes' clocks, read before the reply).
+	known, few := c.nodeClock.ticketOr(call.sent)
 	if lc.waiter != nil {
-		known, few := c.nodeClock.ticketOr(now)
 		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), known, few, c.ticketNow)
 	}
 	undecided := errLeaseOutlived
@@ -528,6 +532,7 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 		undecided = errSplitVote
 	}
 	qe := call.fail(ctx, l.resource, ErrNotAcquired, o, undecided)
+	qe.ticket = known
 	if o.Success {
 		qe.Validity = validity
 	}

@@ -68,8 +68,9 @@ type roundOps[T any] interface {
 // flight is a round in flight.
 type flight[T any] struct {
 	*quorum.Call[T]
-	r round[T]
-	c *Client
+	r    round[T]
+	c    *Client
+	sent time.Time // when the round started (time.Now): a waiter's ticket is the nodes' clock then
 }
 
 // start sends r. It must be called while an operation of c is in progress
@@ -87,15 +88,16 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// One deadline for the round's calls, each bounded by the timeout from
 	// the round's start (a context per call cost four allocations a node):
 	// the runner is the context, ended once every call returned.
+	sent := time.Now()
 	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
-		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout)}
+		values: withoutCancel(ctx), deadline: sent.Add(r.timeout)}
 	inline := r.runsInline(c)
 	if inline && ctx.Done() != nil {
 		rr.waiter = ctx
 	}
 	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline, Pool: c.pool}
 	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
-	return flight[T]{Call: call, r: r, c: c}
+	return flight[T]{Call: call, r: r, c: c, sent: sent}
 }
 
 // roundRunner runs a round's calls and callbacks (quorum.Runner), and is

@@ -679,7 +679,7 @@ func (w *waiting) attempt(ctx context.Context) (l *Lock, again bool, err error) 
 		// Held by another client: queued from now on (a release wakes the
 		// first waiter only), listening for it; try again at once (it may
 		// have been released while we subscribed).
-		w.queue(ctx, c.nodeClock.ticket(time.Now())) // this attempt's readings among them
+		w.queue(ctx, w.last.ticket)
 		if !w.p.farBehind(w.lc.waiter) {
 			return nil, true, nil
 		}

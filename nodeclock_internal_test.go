@@ -168,3 +168,45 @@ func TestNodeClockWaitsOnceForAnUnheardNode(t *testing.T) {
 	assert.True(t, wait, "node 1 never heard nor waited for")
 	assert.Equal(t, time.Millisecond, d, "at least a millisecond")
 }
+
+// A refused attempt's ticket is the nodes' clocks when its outcome was
+// known, and no node's counts as earlier than the reading its reply
+// carried: a reply that came after the outcome (a straggler, or one waited
+// for) alone would put its node's clock at the outcome early by that
+// reply's lateness.
+func TestNodeClockTicketNoEarlierThanTheAttemptsReadings(t *testing.T) {
+	at := func(d time.Duration) time.Time { return monoBase.Add(time.Hour + d) }
+	c0 := at(0).UnixMicro()
+	ms := time.Millisecond.Microseconds()
+	reply := func(clock int64) quorum.Reply[node.Acquired] {
+		return quorum.Reply[node.Acquired]{Done: true, Value: node.Acquired{Clock: clock}}
+	}
+	idx := []int{0, 1, 2}
+	for _, tc := range []struct {
+		name    string
+		late    time.Duration // when node 2's reply was heard, after the outcome at 0
+		replies []quorum.Reply[node.Acquired]
+		want    int64
+	}{
+		{"without the replies: node 2's clock at the outcome is early by its reply's lateness",
+			10 * time.Millisecond, nil, c0 + 30*ms - 10*ms},
+		{"with them: its reading",
+			10 * time.Millisecond, []quorum.Reply[node.Acquired]{reply(c0), reply(c0 + 40*ms), reply(c0 + 30*ms)}, c0 + 30*ms},
+		{"a reading that came before the outcome changes nothing",
+			-time.Millisecond, []quorum.Reply[node.Acquired]{reply(c0), reply(c0 + 40*ms), reply(c0 + 30*ms)}, c0 + 30*ms + ms},
+		{"an error or a pending reply is no reading",
+			10 * time.Millisecond, []quorum.Reply[node.Acquired]{reply(c0), {Done: true, Err: assert.AnError}, {}}, c0 + 30*ms - 10*ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var k nodeClock
+			// Nodes 0 and 1 answered at the outcome, 0 and 40 ms ahead, node
+			// 2 (30 ms ahead) at late: the ticket, the clock at N/2 of the
+			// three in order, is node 2's.
+			k.learn([]quorum.Reply[node.Acquired]{reply(c0), reply(c0 + 40*ms)}, idx[:2], 3, at(0))
+			k.learn([]quorum.Reply[node.Acquired]{reply(c0 + 30*ms)}, idx[2:], 3, at(tc.late))
+			got, few := k.ticketOr(at(0), tc.replies, idx)
+			assert.False(t, few)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -441,8 +441,9 @@ func (c *Client) try(ctx context.Context, resource string, lc lockConfig) (*Lock
 	elapsed := now.Sub(start)
 	validity := clock.Validity(l.ttl, elapsed, c.cfg.driftFactor)
 	if !o.Success || validity <= 0 {
+		decided := time.Now() // the waiter's ticket: before the hook (notAcquired)
 		c.attempted(resource, lc, o, elapsed, validity, false)
-		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote)
+		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote, decided)
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-clock.Drift(l.ttl, c.cfg.driftFactor)))
 	c.log(ctx, slog.LevelDebug, "lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)
@@ -507,8 +508,24 @@ func awaitSettled[T any](ctx context.Context, call *quorum.Call[T], d time.Durat
 // notAcquired gives a failed attempt of l up (what was taken is released),
 // learns the nodes' clocks from its replies (after a short wait, once per
 // node, for one not heard lately: nodeClock.unheard), settles the waiter's
-// place from them, and returns the error.
-func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool) *QuorumError {
+// place from them, and returns the error. decided is when the attempt's
+// outcome was known (time.Now, before its OnAttempt hook): its waiter's
+// ticket is the nodes' clocks then, none earlier than its reply's reading
+// (nodeClock.ticketOr).
+//
+// Not later: the hook, the wait above or a busy machine may let a caller
+// that started after the outcome take its ticket first
+// (TestFairWaitersBehindDoNotPoll, 1 or 2 runs in 8 when it was read here).
+// Not earlier either, at the send time: every reading of a node's clock is
+// noted after the node made it, so what the client knows of a node's clock
+// at a time before the reply is early by the reply's way back, and a
+// client whose replies come 20 ms late queued 20 ms early, ahead of waiters
+// queued before it (TestGoroutineDuringOwnReleaseQueues, 3 runs in 40 with
+// the send time). At the outcome, a node's clock as known is no earlier
+// than the reading its reply carried, which the node made after the call
+// was sent: a caller that starts after this attempt's outcome gets a later
+// ticket, whatever its replies' lateness.
+func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool, decided time.Time) *QuorumError {
 	c.abandonAcquire(call.Call, l)
 	replies := call.Replies()
 	if !lc.once { // a one-shot attempt's refusal takes no ticket: no wait
@@ -518,12 +535,7 @@ func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call f
 		}
 	}
 	c.nodeClock.learn(replies, call.r.idx, len(c.nodes), time.Now())
-	// The nodes' clocks when the attempt was sent, not now: its OnAttempt
-	// hook, the wait above or a busy machine may have let a later caller
-	// take its ticket first (TestFairWaitersBehindDoNotPoll, 1 or 2 runs in
-	// 8 after the per-node nodeClock; until then a ticket was the refusing
-	// nodes' clocks, read before the reply).
-	known, few := c.nodeClock.ticketOr(call.sent)
+	known, few := c.nodeClock.ticketOr(decided, replies, call.r.idx)
 	if lc.waiter != nil {
 		lc.waiter.settle(replies, quorum.Majority(len(c.nodes)), known, few, c.ticketNow)
 	}

@@ -68,9 +68,8 @@ type roundOps[T any] interface {
 // flight is a round in flight.
 type flight[T any] struct {
 	*quorum.Call[T]
-	r    round[T]
-	c    *Client
-	sent time.Time // when the round started (time.Now): a waiter's ticket is the nodes' clock then
+	r round[T]
+	c *Client
 }
 
 // start sends r. It must be called while an operation of c is in progress
@@ -97,7 +96,7 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	}
 	opts := quorum.Options[T]{Need: r.need, Group: &c.bg, Now: c.now, Inline: inline, Pool: c.pool}
 	call := quorum.StartRunner(context.Context(rr), len(r.idx), rr, opts)
-	return flight[T]{Call: call, r: r, c: c, sent: sent}
+	return flight[T]{Call: call, r: r, c: c}
 }
 
 // roundRunner runs a round's calls and callbacks (quorum.Runner), and is

@@ -262,8 +262,9 @@ func (c *Client) tryWrite(ctx context.Context, resource string, lc lockConfig, w
 	elapsed := now.Sub(start)
 	validity := clock.Validity(l.ttl, elapsed, c.cfg.driftFactor)
 	if !o.Success || validity <= 0 {
+		decided := time.Now() // the waiter's ticket: before the hook (notAcquired)
 		c.attempted(resource, lc, o, elapsed, validity, false)
-		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote)
+		return nil, c.notAcquired(ctx, l, lc, call, o, validity, splitVote, decided)
 	}
 	l.granted(call.Call, now, start.Add(l.ttl-drift))
 	c.log(ctx, slog.LevelDebug, "write lock acquired", l.key, l.token, "agreed", o.Yes, "validity", validity)

@@ -229,7 +229,7 @@ func (k *nodeClock) noteLocked(i, n int, r quorum.Reply[node.Acquired], now time
 // midpoint of two nodes 100 ms apart take tickets 100 ms apart, and those
 // behind took every turn (a review of 09fed9f: 29 grants against 969).
 func (k *nodeClock) ticket(now time.Time) int64 {
-	t, _ := k.ticketOr(now)
+	t, _ := k.ticketOr(now, nil, nil)
 	return t
 }
 
@@ -239,29 +239,51 @@ func (k *nodeClock) ticket(now time.Time) int64 {
 // answered first, which may be earlier than every other client's ticket (a
 // third review: at N=2, a new client that missed the node ahead went first
 // of six); the waiter rather takes no ticket, and asks again.
-func (k *nodeClock) ticketOr(now time.Time) (t int64, few bool) {
+//
+// replies (replies[j] from node idx[j]; nil for none) are those of the
+// refused attempt whose outcome was known at now (Client.notAcquired): a
+// node's clock counts as no earlier than the reading its reply carried. A
+// reply that came after now (a straggler, or one waited for) was read by
+// its node before it came, by up to its way back: what the client knows of
+// that node at now alone is early by as much, and its tickets were early
+// by a slow node's lateness (TestNewcomerMissingANodeQueuesLast without the
+// 50 ms between W4 and X: X, 10 ms late from one node, went ahead of W4 in
+// 3 runs of 5). The reading is not early: the node made it after the
+// attempt was sent.
+func (k *nodeClock) ticketOr(now time.Time, replies []quorum.Reply[node.Acquired], idx []int) (t int64, few bool) {
 	var buf [8]int64
-	offsets := buf[:0]
+	clocks := buf[:0]
+	mono := now.Sub(monoBase).Microseconds()
 	k.mu.Lock()
 	for i := range k.nodes {
 		if nr := &k.nodes[i]; !nr.at.IsZero() && now.Sub(nr.at) <= nodeClockFresh {
-			offsets = append(offsets, nr.offset)
+			clocks = append(clocks, max(mono+nr.offset, replyClock(replies, idx, i)))
 		}
 	}
 	h := len(k.nodes) / 2
 	k.mu.Unlock()
-	if h >= len(offsets) {
-		return 0, len(offsets) > 0
+	if h >= len(clocks) {
+		return 0, len(clocks) > 0
 	}
-	slices.Sort(offsets)
-	mono := now.Sub(monoBase).Microseconds()
-	t = mono + offsets[h]
-	if h > 0 && offsets[h]-offsets[h-1] > node.TicketBound.Microseconds() {
-		if before, own := mono+offsets[h-1], now.UnixMicro(); abs(before-own) < abs(t-own) {
+	slices.Sort(clocks)
+	t = clocks[h]
+	if h > 0 && clocks[h]-clocks[h-1] > node.TicketBound.Microseconds() {
+		if before, own := clocks[h-1], now.UnixMicro(); abs(before-own) < abs(t-own) {
 			t = before
 		}
 	}
 	return t, false
+}
+
+// replyClock returns the clock (µs) that node i's reply among replies
+// (replies[j] from node idx[j]) carried, 0 if none.
+func replyClock(replies []quorum.Reply[node.Acquired], idx []int, i int) int64 {
+	for j, r := range replies {
+		if j < len(idx) && idx[j] == i && r.Done && r.Err == nil {
+			return r.Value.Clock
+		}
+	}
+	return 0
 }
 
 func abs(x int64) int64 {

@@ -274,11 +274,9 @@ func TestNewcomerMissingANodeQueuesLast(t *testing.T) {
 				lock(fmt.Sprintf("W%d", i), dial(false))
 				queued(t, servers, q, i+1, hc)
 			}
-			// X arrives 50 ms after W4: more than the lateness of its
-			// replies from the last node (10 ms), which makes its tickets
-			// that much early (a reading of that node is never less late),
-			// an error this test does not measure; the 0.4 s one it does.
-			time.Sleep(50 * time.Millisecond)
+			// X arrives right after W4 queued: its tickets must not be
+			// early by the lateness of its replies from the last node
+			// either (nodeClock.ticketOr's replies).
 			lock("X", dial(true))
 			queued(t, servers, q, 6, hc)
 			require.NoError(t, held.Release(ctx))

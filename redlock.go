@@ -521,10 +521,16 @@ func awaitSettled[T any](ctx context.Context, call *quorum.Call[T], d time.Durat
 // at a time before the reply is early by the reply's way back, and a
 // client whose replies come 20 ms late queued 20 ms early, ahead of waiters
 // queued before it (TestGoroutineDuringOwnReleaseQueues, 3 runs in 40 with
-// the send time). At the outcome, a node's clock as known is no earlier
-// than the reading its reply carried, which the node made after the call
-// was sent: a caller that starts after this attempt's outcome gets a later
-// ticket, whatever its replies' lateness.
+// the send time). At the outcome, a node's clock counts as no earlier than
+// the reading its reply carried (nodeClock.ticketOr): a caller that starts
+// after this attempt's outcome gets a later ticket, however late this
+// attempt's replies came back. Not when this attempt's request reached a
+// node late: that node read its clock after the outcome, the ticket is late
+// by as much, and a caller started meanwhile goes first (an adversarial
+// review: N=4, requests to two nodes 6 ms late, 19 runs in 20). That costs
+// this waiter its place, nobody else's; which way a reply was late cannot
+// be told without one-way delays, and a ticket early by a late reply's way
+// back took the places of waiters queued before it.
 func (c *Client) notAcquired(ctx context.Context, l *Lock, lc lockConfig, call flight[node.Acquired], o quorum.Outcome[node.Acquired], validity time.Duration, splitVote bool, decided time.Time) *QuorumError {
 	c.abandonAcquire(call.Call, l)
 	replies := call.Replies()

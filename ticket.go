@@ -131,10 +131,7 @@ func (k *nodeClock) unheard(replies []quorum.Reply[node.Acquired], idx []int, n 
 		if j >= len(idx) || idx[j] < 0 || idx[j] >= n {
 			continue
 		}
-		if k.nodes == nil {
-			k.nodes = make([]nodeReading, n)
-		}
-		nr := &k.nodes[idx[j]]
+		nr := k.readingLocked(idx[j], n)
 		heard := !nr.at.IsZero() && now.Sub(nr.at) <= nodeClockFresh
 		waited := !nr.waited.IsZero() && now.Sub(nr.waited) <= nodeClockFresh
 		if !heard && !waited {
@@ -199,16 +196,22 @@ func (k *nodeClock) noteLocked(i, n int, r quorum.Reply[node.Acquired], now time
 	if !r.Done || r.Err != nil || r.Value.Clock <= 0 || i < 0 || i >= n {
 		return
 	}
-	if k.nodes == nil {
-		k.nodes = make([]nodeReading, n)
-	}
-	nr, offset := &k.nodes[i], r.Value.Clock-now.Sub(monoBase).Microseconds()
+	nr, offset := k.readingLocked(i, n), r.Value.Clock-now.Sub(monoBase).Microseconds()
 	if nr.at.IsZero() || offset >= nr.offset || now.Sub(nr.kept) > nodeClockBest {
 		nr.offset, nr.kept = offset, now
 	}
 	if now.After(nr.at) {
 		nr.at = now
 	}
+}
+
+// readingLocked returns what is known of node i's (of n) clock; k.mu must
+// be held.
+func (k *nodeClock) readingLocked(i, n int) *nodeReading {
+	if k.nodes == nil {
+		k.nodes = make([]nodeReading, n)
+	}
+	return &k.nodes[i]
 }
 
 // ticket returns the nodes' median clock at now, as far as the client heard
@@ -248,8 +251,11 @@ func (k *nodeClock) ticket(now time.Time) int64 {
 // that node at now alone is early by as much, and its tickets were early
 // by a slow node's lateness (TestNewcomerMissingANodeQueuesLast without the
 // 50 ms between W4 and X: X, 10 ms late from one node, went ahead of W4 in
-// 3 runs of 5). The reading is not early: the node made it after the
-// attempt was sent.
+// 3 runs of 5). The reading may be late instead, when the request reached
+// the node after now: the ticket is then late by as much, which costs this
+// waiter places (a caller that started after its outcome may go first: an
+// adversarial review, N=4, requests to two nodes 6 ms late), never anybody
+// else's, as everywhere in the choice of a ticket.
 func (k *nodeClock) ticketOr(now time.Time, replies []quorum.Reply[node.Acquired], idx []int) (t int64, few bool) {
 	var buf [8]int64
 	clocks := buf[:0]

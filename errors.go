@@ -152,8 +152,9 @@ type QuorumError struct {
 	notSent   bool // the operation failed before any node was asked (Cause says why)
 	undecided bool // waiting stopped before the outcome was known
 	// ticket: for a refused acquisition, the nodes' clocks (µs) when its
-	// outcome was known, as the client knows them (nodeClock.ticketOr; 0: none): the
-	// ticket of the waiter the refused Lock call becomes (waiting.attempt).
+	// outcome was known, as the client knows them (nodeClock.ticketOr; 0:
+	// none): the ticket of the waiter the refused Lock call becomes
+	// (waiting.attempt).
 	ticket int64
 }
 

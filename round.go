@@ -87,9 +87,8 @@ func (r round[T]) start(ctx context.Context, c *Client) flight[T] {
 	// One deadline for the round's calls, each bounded by the timeout from
 	// the round's start (a context per call cost four allocations a node):
 	// the runner is the context, ended once every call returned.
-	sent := time.Now()
 	rr := &roundRunner[T]{r: r, c: c, hook: c.cfg.hooks.OnNodeReply,
-		values: withoutCancel(ctx), deadline: sent.Add(r.timeout)}
+		values: withoutCancel(ctx), deadline: time.Now().Add(r.timeout)}
 	inline := r.runsInline(c)
 	if inline && ctx.Done() != nil {
 		rr.waiter = ctx
